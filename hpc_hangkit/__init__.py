@@ -1,0 +1,36 @@
+"""hpc-hangkit: make hung parallel jobs on Slurm legible and recoverable.
+
+Rank-side API (cheap, safe to import in any rank):
+
+- :func:`checkpoint` -- heartbeat + watchdog deadline push (see :mod:`hpc_hangkit.watchdog`)
+- :func:`watch`, :func:`unwatch`, :func:`watching`
+- :func:`ranks_agree`, :func:`collective` (see :mod:`hpc_hangkit.agree`)
+
+Everything else (parsers, roll call, monitor, Slurm integration) lives in
+submodules and is imported on demand.
+"""
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "checkpoint": "hpc_hangkit.watchdog",
+    "watch": "hpc_hangkit.watchdog",
+    "unwatch": "hpc_hangkit.watchdog",
+    "watching": "hpc_hangkit.watchdog",
+    "ranks_agree": "hpc_hangkit.agree",
+    "collective": "hpc_hangkit.agree",
+}
+
+
+def __getattr__(name):  # PEP 562: keep `import hpc_hangkit` free of side effects
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError("module 'hpc_hangkit' has no attribute %r" % name)
+    import importlib
+
+    value = getattr(importlib.import_module(mod), name)
+    globals()[name] = value
+    return value
+
+
+__all__ = ["__version__"] + sorted(_LAZY)
