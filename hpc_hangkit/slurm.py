@@ -1,0 +1,311 @@
+"""The one place that runs Slurm commands (``scontrol``, ``squeue``, ``sstat``,
+``srun --overlap``, ``scancel``).
+
+Rules: argv lists only (never a shell); every job id is validated first
+(:func:`validate_job_id`); every call has a timeout; a missing command or a
+non-zero exit raises :class:`SlurmError` naming the command and Slurm's own
+message. Output is parsed in a version-tolerant way: ``scontrol show -o``
+key=value lines (the same in 22.05 and 24.11; ``--json`` for scontrol only
+exists from 23.02), ``squeue --json`` where it is wanted (22.05 gives
+``job_state`` as a string, 24.11 as a list), ``sstat -P`` pipe-separated.
+
+Not used by the prolog and epilog (they must never call Slurm).
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from typing import Dict, List, Mapping, Optional, Sequence
+
+#: ``123`` or an array task ``123_4``
+JOB_ID_RE = re.compile(r"^[0-9]{1,10}(_[0-9]{1,10})?$")
+#: a node name as Slurm prints it (no list syntax)
+NODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+DEFAULT_TIMEOUT_S = 30.0
+
+
+class SlurmError(RuntimeError):
+    """A Slurm command is missing, timed out, or failed; the message says which and why."""
+
+
+def validate_job_id(job_id) -> str:
+    """Return ``job_id`` as a string if it is ``<digits>`` or ``<digits>_<digits>``.
+
+    Raises ValueError with the accepted forms for anything else (``123.0``,
+    ``123_[1-3]``, ``abc``, ``''``, ``-1``...).
+    """
+    s = str(job_id).strip()
+    if not JOB_ID_RE.match(s):
+        raise ValueError("invalid Slurm job id %r: expected a number such as 1234, "
+                         "or an array task such as 1234_5" % (job_id,))
+    return s
+
+
+def attempt_from_env(env: Optional[Mapping[str, str]] = None) -> int:
+    """This job attempt's 0-based number: SLURM_JOB_RESTART_COUNT (prolog/epilog)
+    or SLURM_RESTART_COUNT (job; unset on the first run), else 0."""
+    env = os.environ if env is None else env
+    for k in ("SLURM_JOB_RESTART_COUNT", "SLURM_RESTART_COUNT"):
+        v = env.get(k, "").strip()
+        if v.isdigit():
+            return int(v)
+    return 0
+
+
+def _run(argv: Sequence[str], timeout: float = DEFAULT_TIMEOUT_S, check: bool = True,
+         env: Optional[Mapping[str, str]] = None) -> subprocess.CompletedProcess:
+    exe = shutil.which(argv[0], path=(env or os.environ).get("PATH"))
+    if exe is None:
+        raise SlurmError("%s not found on PATH: is this a Slurm node with the Slurm "
+                         "client commands installed?" % argv[0])
+    try:
+        p = subprocess.run([exe] + list(argv[1:]), stdin=subprocess.DEVNULL,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           timeout=timeout, env=None if env is None else dict(env))
+    except subprocess.TimeoutExpired:
+        raise SlurmError("%s timed out after %.0f s" % (" ".join(argv[:3]), timeout))
+    if check and p.returncode != 0:
+        msg = (p.stderr or p.stdout).decode("utf-8", "replace").strip()
+        raise SlurmError("%s failed (exit %d): %s" % (" ".join(argv[:3]), p.returncode,
+                                                       msg or "no message"))
+    return p
+
+
+def version() -> tuple:
+    """Slurm version as a tuple of ints, e.g. ``(22, 5, 8)``, from ``scontrol --version``."""
+    out = _run(["scontrol", "--version"], timeout=10).stdout.decode()
+    m = re.search(r"(\d+)\.(\d+)\.(\d+)", out)
+    if not m:
+        raise SlurmError("cannot read a version from scontrol --version: %r" % out.strip())
+    return tuple(int(x) for x in m.groups())
+
+
+_KV_RE = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/.]*)=")
+
+
+def parse_kv_line(line: str) -> Dict[str, str]:
+    """Parse one ``scontrol show -o`` line (``Key=Value Key2=Value with spaces``).
+
+    A value runs up to the next `` Key=``; so values with spaces (WorkDir,
+    Command, Comment) survive. Pure.
+    """
+    out = {}
+    ms = list(_KV_RE.finditer(line))
+    for i, m in enumerate(ms):
+        end = ms[i + 1].start() if i + 1 < len(ms) else len(line)
+        out[m.group(1)] = line[m.end():end].strip()
+    return out
+
+
+@dataclass
+class JobInfo:
+    """What hpc-hangkit needs to know about a job (from ``scontrol show job -o``).
+
+    ``job_id``: the unique numeric id (for an array task, not ``123_4``);
+    ``state``: e.g. RUNNING, PENDING, COMPLETED; ``requeue``: the Requeue flag;
+    ``batch``: a batch job; ``restarts``: Slurm's restart count (all causes);
+    ``nodes``: the allocated node names, expanded; ``raw``: every field.
+    """
+    job_id: str
+    state: str
+    requeue: bool
+    batch: bool
+    restarts: int
+    nodes: List[str]
+    user_id: Optional[int]
+    array_job_id: Optional[str]
+    array_task_id: Optional[str]
+    raw: Dict[str, str] = field(default_factory=dict)
+
+
+def job_info(job_id) -> JobInfo:
+    """Look a job up with ``scontrol show job -o <id>`` (works for ``123_4``).
+
+    Raises ValueError for a malformed id, SlurmError if Slurm does not know the
+    job (e.g. purged after MinJobAge) or the command fails.
+    """
+    jid = validate_job_id(job_id)
+    out = _run(["scontrol", "show", "job", "-o", jid]).stdout.decode("utf-8", "replace")
+    lines = [ln for ln in out.splitlines() if ln.strip()]
+    if not lines:
+        raise SlurmError("scontrol show job %s printed nothing" % jid)
+    kv = parse_kv_line(lines[0])
+    uid = re.search(r"\((\d+)\)", kv.get("UserId", ""))
+    nodelist = kv.get("NodeList", "")
+    nodes = expand_hostlist(nodelist) if nodelist and nodelist != "(null)" else []
+    return JobInfo(
+        job_id=kv.get("JobId", jid), state=kv.get("JobState", ""),
+        requeue=kv.get("Requeue", "0") == "1", batch=kv.get("BatchFlag", "0") == "1",
+        restarts=int(kv.get("Restarts", "0") or 0), nodes=nodes,
+        user_id=int(uid.group(1)) if uid else None,
+        array_job_id=kv.get("ArrayJobId"), array_task_id=kv.get("ArrayTaskId"), raw=kv)
+
+
+def resolve_job_id(job_id) -> str:
+    """The unique numeric job id (SLURM_JOB_ID) for ``123`` or ``123_4``.
+
+    ``123`` is returned as is without asking Slurm; an array task id is looked
+    up (its scratch and storage use the unique id).
+    """
+    jid = validate_job_id(job_id)
+    if "_" not in jid:
+        return jid
+    return job_info(jid).job_id
+
+
+def expand_hostlist(hostlist: str) -> List[str]:
+    """``hk[1-2],gpu07`` -> ``['hk1', 'hk2', 'gpu07']`` via ``scontrol show hostnames``."""
+    if not hostlist:
+        return []
+    out = _run(["scontrol", "show", "hostnames", hostlist], timeout=10).stdout.decode()
+    return [h for h in out.split() if h]
+
+
+def job_state(job_id) -> Optional[str]:
+    """The job's state from ``squeue --json`` (e.g. ``RUNNING``), None once squeue
+    no longer lists it. Handles 22.05 (string) and 24.11 (list) shapes."""
+    jid = validate_job_id(job_id)
+    p = _run(["squeue", "--json", "-j", jid], check=False)
+    if p.returncode != 0:
+        return None
+    try:
+        jobs = json.loads(p.stdout.decode("utf-8", "replace")).get("jobs", [])
+    except ValueError:
+        raise SlurmError("squeue --json gave output that is not JSON")
+    for j in jobs:
+        st = j.get("job_state")
+        if isinstance(st, list):
+            st = st[0] if st else None
+        return st
+    return None
+
+
+@dataclass(frozen=True)
+class StepStat:
+    """One step's progress counters from ``sstat`` (cumulative since the step started).
+
+    ``step``: e.g. ``57.0``, ``57.batch``; ``ntasks``; ``cpu_s``: total CPU
+    seconds over the step's tasks (AveCPU x NTasks); ``read_bytes`` /
+    ``write_bytes``: total disk I/O (AveDiskRead/Write x NTasks). Values are
+    sampled by jobacct_gather every JobAcctGatherFrequency seconds.
+    """
+    step: str
+    ntasks: int
+    cpu_s: float
+    read_bytes: float
+    write_bytes: float
+
+
+_UNITS = {"": 1, "K": 1024, "M": 1024 ** 2, "G": 1024 ** 3, "T": 1024 ** 4, "P": 1024 ** 5}
+
+
+def parse_size(s: str) -> float:
+    """sstat sizes (``123``, ``12.5K``, ``3M``) -> bytes; '' -> 0. Pure."""
+    s = s.strip()
+    if not s:
+        return 0.0
+    m = re.match(r"^([0-9.]+)([KMGTP]?)$", s)
+    if not m:
+        raise ValueError("not an sstat size: %r" % s)
+    return float(m.group(1)) * _UNITS[m.group(2)]
+
+
+def parse_duration(s: str) -> float:
+    """Slurm durations ``[D-][HH:]MM:SS[.mmm]`` -> seconds; '' -> 0. Pure."""
+    s = s.strip()
+    if not s:
+        return 0.0
+    days = 0
+    if "-" in s:
+        d, s = s.split("-", 1)
+        days = int(d)
+    parts = [float(x) for x in s.split(":")]
+    while len(parts) < 3:
+        parts.insert(0, 0.0)
+    h, m, sec = parts[-3:]
+    return days * 86400 + h * 3600 + m * 60 + sec
+
+
+SSTAT_FORMAT = "JobID,NTasks,AveCPU,AveDiskRead,AveDiskWrite"
+
+
+def parse_sstat(text: str) -> List[StepStat]:
+    """Parse ``sstat -n -P --format=JobID,NTasks,AveCPU,AveDiskRead,AveDiskWrite``.
+
+    Lines that do not parse are skipped (sstat prints garbage CPU times when
+    JobAcctGatherType is none). Pure.
+    """
+    out = []
+    for line in text.splitlines():
+        f = line.strip().split("|")
+        if len(f) < 5 or not f[0]:
+            continue
+        try:
+            nt = int(f[1] or 0)
+            cpu = parse_duration(f[2])
+            rd, wr = parse_size(f[3]), parse_size(f[4])
+        except ValueError:
+            continue
+        if cpu > 10 * 365 * 86400:      # jobacct_gather/none garbage
+            continue
+        n = max(nt, 1)
+        out.append(StepStat(step=f[0], ntasks=nt, cpu_s=cpu * n,
+                            read_bytes=rd * n, write_bytes=wr * n))
+    return out
+
+
+def step_stats(job_id) -> List[StepStat]:
+    """Every running step's counters (``sstat --allsteps``). Needs
+    ``JobAcctGatherType=jobacct_gather/linux``; an empty list when no step runs."""
+    jid = validate_job_id(job_id)
+    p = _run(["sstat", "-a", "-n", "-P", "-j", jid, "--format=" + SSTAT_FORMAT], check=False)
+    if p.returncode != 0:
+        msg = p.stderr.decode("utf-8", "replace").strip()
+        if "no steps running" in msg.lower() or not msg:
+            return []
+        raise SlurmError("sstat -j %s failed: %s" % (jid, msg))
+    return parse_sstat(p.stdout.decode("utf-8", "replace"))
+
+
+def requeue(job_id) -> None:
+    """``scontrol requeue <id>``: kills the running attempt and queues the job again.
+
+    Raises SlurmError with Slurm's reason (e.g. "Requested operation is
+    presently disabled" for a --no-requeue job)."""
+    _run(["scontrol", "requeue", validate_job_id(job_id)])
+
+
+def cancel(job_id) -> None:
+    """``scancel <id>``: end the job (its epilog still runs)."""
+    _run(["scancel", validate_job_id(job_id)])
+
+
+def srun_overlap(job_id, nodes: Sequence[str], argv: Sequence[str],
+                 timeout: float = 60.0, env: Optional[Mapping[str, str]] = None
+                 ) -> subprocess.CompletedProcess:
+    """Run ``argv`` once on each of ``nodes`` inside the job's allocation, next to
+    its running steps: ``srun --overlap --jobid J -w n1,n2 -N k --ntasks-per-node=1
+    --hang-detect=off -- argv`` (hang detection off so the probe is never armed).
+
+    Returns the finished process (stdout/stderr bytes, output of all nodes,
+    prefixed ``<task>: `` by ``-l``). Raises SlurmError on timeout or a missing srun.
+    """
+    jid = validate_job_id(job_id)
+    for n in nodes:
+        if not NODE_RE.match(n):
+            raise ValueError("invalid node name %r" % (n,))
+    if not nodes:
+        raise ValueError("srun_overlap needs at least one node")
+    cmd = ["srun", "--overlap", "--jobid", jid, "-w", ",".join(nodes), "-N", str(len(nodes)),
+           "-n", str(len(nodes)), "--ntasks-per-node=1", "-l", "--hang-detect=off",
+           "--kill-on-bad-exit=0", "--"] + list(argv)
+    e = dict(os.environ if env is None else env)
+    # our batch-step environment must not shape the probe step
+    for k in list(e):
+        if k in ("SLURM_NTASKS", "SLURM_NPROCS", "SLURM_NNODES", "SLURM_NTASKS_PER_NODE",
+                 "SLURM_CPUS_PER_TASK", "SLURM_MEM_PER_CPU", "SLURM_MEM_PER_NODE",
+                 "SLURM_DISTRIBUTION", "SLURM_JOB_NUM_NODES"):
+            del e[k]
+    return _run(cmd, timeout=timeout, check=False, env=e)
