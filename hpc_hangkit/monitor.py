@@ -1,0 +1,365 @@
+"""The monitor: poll sources, feed the detector, log, capture and act.
+
+Used by ``hpc-hangkit run`` (:mod:`hpc_hangkit.run`) and by the Slurm
+batch-step monitor. Pieces:
+
+- a *source* is any object with ``name`` (str) and
+  ``poll(now: float) -> {key: (stalled: bool, detail)}``; an empty dict means
+  "no answer this poll" (the detector neither advances nor resets). Sources
+  here: :class:`StackSource` (watchdog dumps + heartbeats of the ranks of one
+  node); :class:`hpc_hangkit.ras.RasSource` (per NCCL communicator) plugs in
+  the same way.
+- :class:`Monitor` runs the loop: every ``poll_interval_s`` seconds it polls
+  each source, feeds :class:`hpc_hangkit.detector.Detector`, logs every event
+  with a timestamp (logger ``hpc_hangkit.monitor``), appends it to
+  ``<hd_dir>/events.jsonl``, and on *confirmed* calls its ``on_confirmed``
+  callback once per streak (the caller's action: capture, then fail/requeue).
+- :func:`capture_and_report` is the standard response to a confirmation:
+  :func:`hpc_hangkit.capture.capture` while the ranks live, then the roll call
+  over the captured tree, written as ``report.txt`` / ``report.json``.
+"""
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from hpc_hangkit import layout
+from hpc_hangkit.detector import CONFIRMED, STILL_SUSPECTED, Detector, Event
+
+log = logging.getLogger("hpc_hangkit.monitor")
+
+#: verdicts under which the ranks disagree about where they are (a hang candidate)
+DISAGREE_VERDICTS = ("MISSED", "SPLIT", "GONE", "SAME_LINE_DIFFERENT_ARGS")
+#: above this size only the tail of a watchdog log is parsed each poll (bytes)
+TAIL_BYTES = 1 << 20
+
+
+@dataclass
+class StackDetail:
+    """What :class:`StackSource` says about one poll.
+
+    ``verdict``/``suspect_ranks``: the roll call's (None when it was not
+    computed because something progressed); ``progressed``: ranks seen
+    moving since the previous poll, with why (``{rank: "heartbeat 12->13"}``);
+    ``ranks``: ranks with a watchdog log; ``report``: the
+    :class:`hpc_hangkit.rollcall.Report` (or None); ``text``: its rendered roll call.
+    """
+
+    verdict: Optional[str] = None
+    suspect_ranks: List[int] = field(default_factory=list)
+    progressed: Dict[int, str] = field(default_factory=dict)
+    ranks: List[int] = field(default_factory=list)
+    report: Any = None
+    text: str = ""
+
+    def to_json(self) -> dict:
+        return {"verdict": self.verdict, "suspect_ranks": list(self.suspect_ranks),
+                "progressed": {str(k): v for k, v in sorted(self.progressed.items())},
+                "ranks": list(self.ranks)}
+
+    def __str__(self):
+        if self.progressed:
+            return "progress on rank(s) %s" % ",".join(str(r) for r in sorted(self.progressed))
+        return "verdict %s, suspects %s" % (self.verdict, self.suspect_ranks)
+
+
+def _main_stack(sample) -> Tuple:
+    """The main thread's Python frames of one sample (the roll call's main-thread rule)."""
+    from hpc_hangkit.rollcall import main_thread
+    th = main_thread(sample)
+    if th is None:
+        return ()
+    return tuple((f.file, f.line, f.function) for f in th.frames if not f.native)
+
+
+class StackSource:
+    """Stack/heartbeat source over one node scratch directory. Key: ``"stacks"``.
+
+    Each poll, for every rank process (``watchdog/rank_<r>.pid<p>.log``,
+    ``heartbeats/rank_<r>.pid<p>.hb``) it looks for progress since the
+    previous poll: its heartbeat counter moved, or a new watchdog dump shows a
+    main-thread stack different from the one before (so a job that never calls
+    ``checkpoint()`` still counts as moving while its stacks change), or a new
+    rank process appeared. Any progress: ``stalled=False``. Otherwise the roll
+    call over the scratch decides: ranks disagree (verdict in
+    :data:`DISAGREE_VERDICTS`) -> ``stalled=True``; TOGETHER, SLOW, NO_HANG,
+    INCONCLUSIVE -> ``stalled=False`` (a SLOW rank is never confirmed).
+    No dumps yet -> ``{}`` (no answer).
+
+    ``samples``: K for the roll call's modal position (settings.stack_samples).
+    """
+
+    name = "stacks"
+    key = "stacks"
+
+    def __init__(self, scratch: str, samples: int = 5, world_size: Optional[int] = None):
+        self.scratch = scratch
+        self.samples = samples
+        self.world_size = world_size
+        self._logs: Dict[str, Tuple[int, int, Tuple]] = {}   # path -> (size, offset of last sample, its stack)
+        self._hb: Dict[Tuple, int] = {}                      # (rank, pid) -> counter
+        self._first = True
+
+    def _scan_logs(self, progressed: Dict[int, str]) -> List[int]:
+        from hpc_hangkit.parse.faulthandler import parse_faulthandler
+        d = os.path.join(self.scratch, layout.WATCHDOG_DIR)
+        try:
+            names = sorted(os.listdir(d))
+        except OSError:
+            return []
+        ranks = []
+        for name in names:
+            parsed = layout.parse_rank_file_name(name)
+            if not parsed or parsed[2] != "log":
+                continue
+            rank = parsed[0]
+            if rank is not None:
+                ranks.append(rank)
+            path = os.path.join(d, name)
+            try:
+                size = os.lstat(path).st_size
+            except OSError:
+                continue
+            prev = self._logs.get(path)
+            if prev is not None and prev[0] == size:
+                continue  # no new dump from this process
+            try:
+                with open(path, "rb") as f:
+                    start = max(0, size - TAIL_BYTES)
+                    if prev is not None and prev[1] > start:
+                        start = prev[1]  # re-read from the last dump seen: a dump boundary
+                    f.seek(start)
+                    data = f.read(size - start)
+            except OSError:
+                continue
+            pl = parse_faulthandler(data, name)
+            if rank is None and pl.rank is not None:
+                rank = pl.rank
+                ranks.append(rank)
+            last_off = prev[1] if prev else -1
+            before = prev[2] if prev else ()
+            moved = None
+            for smp in pl.samples:
+                off = start + smp.offset
+                if off <= last_off:
+                    continue  # seen at an earlier poll
+                last_off = off
+                st = _main_stack(smp)
+                if not st:
+                    continue  # a dump without a main thread (torn, or a helper-only dump)
+                if before and st != before and moved is None:
+                    moved = st
+                before = st
+            self._logs[path] = (size, last_off, before)
+            r = rank if rank is not None else -1
+            if prev is None:
+                if not self._first:
+                    progressed[r] = "new process %s" % name
+            elif moved is not None:
+                progressed[r] = "stack moved (now at %s:%d)" % (os.path.basename(moved[0][0]), moved[0][1])
+        return sorted(set(ranks))
+
+    def _scan_heartbeats(self, progressed: Dict[int, str]) -> None:
+        d = os.path.join(self.scratch, layout.HEARTBEAT_DIR)
+        if not os.path.isdir(d):
+            return
+        from hpc_hangkit.parse.heartbeat import read_heartbeats
+        for hb in read_heartbeats(d):
+            k = (hb.rank, hb.pid)
+            prev = self._hb.get(k)
+            self._hb[k] = hb.counter
+            if prev is not None and prev != hb.counter:
+                label = (" (%s)" % hb.label) if getattr(hb, "label", "") else ""
+                progressed[hb.rank] = "heartbeat %d->%d%s" % (prev, hb.counter, label)
+
+    def poll(self, now: float) -> Dict[str, Tuple[bool, StackDetail]]:
+        """One look at the scratch; ``{"stacks": (stalled, StackDetail)}`` or ``{}`` before any dump."""
+        progressed: Dict[int, str] = {}
+        self._scan_heartbeats(progressed)
+        ranks = self._scan_logs(progressed)
+        first, self._first = self._first, False
+        if not self._logs:
+            return {}
+        det = StackDetail(progressed=progressed, ranks=ranks)
+        if progressed:
+            return {self.key: (False, det)}
+        if first:
+            return {self.key: (False, det)}  # nothing to compare with yet
+        self.rollcall(det)
+        return {self.key: (det.verdict in DISAGREE_VERDICTS, det)}
+
+    def rollcall(self, det: Optional[StackDetail] = None) -> StackDetail:
+        """Compute the roll call over the scratch into ``det`` (verdict, suspects, report, text)."""
+        from hpc_hangkit.render import render_text
+        from hpc_hangkit.rollcall import report_from_dir
+        det = det or StackDetail()
+        rep = report_from_dir(self.scratch, world_size=self.world_size, samples=self.samples)
+        det.report = rep
+        det.verdict = rep.verdict
+        det.suspect_ranks = list(rep.suspect_ranks or [])
+        det.text = render_text(rep)
+        return det
+
+
+def _jsonable(x):
+    if hasattr(x, "to_json"):
+        return x.to_json()
+    if hasattr(x, "_asdict"):
+        return x._asdict()
+    if hasattr(x, "__dict__"):
+        return {k: v for k, v in vars(x).items() if not k.startswith("_")}
+    return str(x)
+
+
+class EventLog:
+    """Append-only ``events.jsonl``: one JSON object per line (``t`` epoch seconds, ``kind``, ...)."""
+
+    def __init__(self, path: Optional[str]):
+        self.path = path
+
+    def write(self, kind: str, **fields) -> None:
+        if not self.path:
+            return
+        rec = {"t": round(time.time(), 3), "kind": kind}
+        rec.update(fields)
+        try:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            with open(self.path, "a") as f:
+                f.write(json.dumps(rec, default=_jsonable, sort_keys=True) + "\n")
+        except OSError as e:  # the log is evidence, not control: keep monitoring
+            log.warning("cannot append to %s: %s", self.path, e)
+
+    def event(self, ev: Event) -> None:
+        self.write(ev.kind, key=ev.key, stalled_for_s=round(ev.stalled_for_s, 3), detail=ev.detail)
+
+
+class Monitor:
+    """The polling loop over ``sources`` (see the module docstring).
+
+    ``on_confirmed(event) -> None`` runs in the loop's thread when a key is
+    confirmed (once per streak); ``on_event(event)`` for every event. The loop
+    survives a source that raises (logged once per source and message).
+    ``clock``: seconds, monotonic (injectable for tests).
+    """
+
+    def __init__(self, detector: Detector, sources: Sequence, hd_dir: Optional[str] = None,
+                 on_confirmed: Optional[Callable[[Event], None]] = None,
+                 on_event: Optional[Callable[[Event], None]] = None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.detector = detector
+        self.sources = list(sources)
+        self.hd_dir = hd_dir
+        self.events = EventLog(os.path.join(hd_dir, layout.EVENTS_FILE) if hd_dir else None)
+        self.on_confirmed = on_confirmed
+        self.on_event = on_event
+        self.clock = clock
+        self.confirmed: List[Event] = []
+        self.history: List[Event] = []
+        self._source_errors = set()
+        self.stop_requested = False
+
+    def poll_once(self, now: Optional[float] = None) -> List[Event]:
+        """Poll every source once at ``now`` (default: the clock), feed the detector, act on events."""
+        now = self.clock() if now is None else now
+        events: List[Event] = []
+        for src in self.sources:
+            try:
+                answers = src.poll(now) or {}
+            except Exception as e:  # a broken source must not stop the others
+                msg = "%s: %s" % (type(e).__name__, e)
+                if (src, msg) not in self._source_errors:
+                    self._source_errors.add((src, msg))
+                    log.warning("source %s failed: %s (keeps polling)", getattr(src, "name", src), msg)
+                continue
+            for key, (stalled, detail) in answers.items():
+                events += self.detector.update(now, key, bool(stalled), detail)
+        for ev in events:
+            self._handle(ev, now)
+        return events
+
+    def _handle(self, ev: Event, now: float) -> None:
+        self.history.append(ev)
+        self.events.event(ev)
+        msg = "%s %s: ranks stalled for %.0f s (%s)" % (ev.kind.replace("_", " ").upper(), ev.key,
+                                                        ev.stalled_for_s, ev.detail)
+        if ev.kind in (CONFIRMED,):
+            log.error("hang %s", msg)
+        elif ev.kind == "recovered":
+            log.info("%s", msg)
+        else:
+            left = max(0.0, self.detector.effective_confirm_s - ev.stalled_for_s)
+            log.warning("%s; confirm in about %.0f s", msg, left)
+        if ev.kind == STILL_SUSPECTED:
+            stalled = self.detector.stalled_keys(now)
+            log.warning("still frozen: %s", ", ".join("%s %.0f s" % kv for kv in sorted(stalled.items())))
+            text = getattr(ev.detail, "text", "")
+            if not text and hasattr(ev.detail, "verdict"):
+                src = next((s for s in self.sources if getattr(s, "key", None) == ev.key), None)
+                if src is not None and hasattr(src, "rollcall"):
+                    try:
+                        text = src.rollcall().text
+                    except Exception as e:  # the roll call is a courtesy here
+                        text = "(roll call failed: %s)" % e
+            if text:
+                log.info("current roll call:\n%s", text.rstrip())
+        if self.on_event:
+            self.on_event(ev)
+        if ev.kind == CONFIRMED:
+            self.confirmed.append(ev)
+            if self.on_confirmed:
+                self.on_confirmed(ev)
+
+    def run(self, alive: Callable[[], bool], wait: Callable[[float], None]) -> None:
+        """Poll every ``detector.poll_interval_s`` while ``alive()`` and no stop was requested.
+
+        ``wait(seconds)`` sleeps until the next poll (it may return early, e.g.
+        when the job exits).
+        """
+        interval = self.detector.poll_interval_s
+        nxt = self.clock()
+        while not self.stop_requested and alive():
+            self.poll_once()
+            nxt += interval
+            delay = nxt - self.clock()
+            if delay < 0:  # polling is slower than the interval: don't try to catch up
+                nxt = self.clock()
+                delay = 0.0
+            if self.stop_requested or not alive():
+                break
+            wait(delay)
+
+
+def capture_and_report(settings, scratch: str, hd_dir: str, world_size: Optional[int] = None,
+                       events: Optional[EventLog] = None):
+    """Capture the live ranks of this node, then the roll call over ``hd_dir``.
+
+    Writes ``<hd_dir>/report.txt`` and ``<hd_dir>/report.json`` and returns
+    ``(report, text, capture_result)``. Where the data comes from:
+    ``scratch`` (heartbeats/watchdog of the live ranks) for the capture, then
+    only ``hd_dir`` (the captured tree) for the roll call.
+    """
+    from hpc_hangkit.capture import CaptureContext, capture, discover_ranks
+    from hpc_hangkit.render import render_json, render_text
+    from hpc_hangkit.rollcall import report_from_dir
+
+    ranks = discover_ranks(scratch)
+    log.info("capturing diagnostics of %d rank(s) into %s", len(ranks), hd_dir)
+    ctx = CaptureContext(settings, scratch, hd_dir, ranks)
+    res = capture(ctx)
+    log.info("capture done in %.1f s (%d file(s), %d problem(s))", res.seconds, len(res.files),
+             len(res.problems))
+    if events:
+        events.write("captured", files=len(res.files), problems=res.problems,
+                     seconds=round(res.seconds, 3), ranks=sorted(ranks))
+    rep = report_from_dir(hd_dir, world_size=world_size,
+                          samples=getattr(settings, "stack_samples", 5))
+    text = render_text(rep)
+    with open(os.path.join(hd_dir, layout.REPORT_TXT), "w") as f:
+        f.write(text if text.endswith("\n") else text + "\n")
+    with open(os.path.join(hd_dir, layout.REPORT_JSON), "w") as f:
+        f.write(render_json(rep))
+    if events:
+        events.write("report", verdict=rep.verdict, suspect_ranks=list(rep.suspect_ranks or []))
+    return rep, text, res
