@@ -28,6 +28,120 @@ def cli():
 # `hpc-hangkit --help` stays fast)
 
 
+# --- run (owner: hpc_hangkit/run.py) ------------------------------------------
+@cli.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--mode", type=click.Choice(["observe", "fail"]), default=None,
+              help="observe: log, capture, leave the job running (default). "
+                   "fail: also terminate the job and exit 3.")
+@click.option("--confirm-duration", "confirm_duration_s", type=float, default=None, metavar="S",
+              help="seconds the ranks must stay frozen and disagreeing (rounded up to whole polls).")
+@click.option("--poll-interval", "poll_interval_s", type=float, default=None, metavar="S",
+              help="seconds between looks at the ranks' dumps and heartbeats.")
+@click.option("--suspect-after", "suspect_after_s", type=float, default=None, metavar="S",
+              help="seconds frozen before the first 'suspected' warning.")
+@click.option("--report-every", "report_every_s", type=float, default=None, metavar="S",
+              help="seconds between 'still suspected' warnings (with the current roll call).")
+@click.option("--watchdog-period", "watchdog_period_s", type=float, default=None, metavar="S",
+              help="seconds without checkpoint() before a rank's watchdog dumps its stack (and between dumps).")
+@click.option("--pyspy-path", "pyspy_path", default=None, metavar="PATH",
+              help="py-spy executable used at capture (default: py-spy on PATH).")
+@click.option("--out", "out_dir", default=None, metavar="DIR",
+              help="output directory (default ./hangkit-run-<UTC time>): DIR/hang_detector/ and the ranks' scratch.")
+@click.option("--json-out", "json_out", default=None, metavar="FILE",
+              help="also write the roll call JSON (report.json, schema v1) here.")
+@click.option("--grace", "grace_s", type=float, default=10.0, show_default=True, metavar="S",
+              help="fail mode: seconds between SIGTERM and SIGKILL to the job's process group.")
+@click.argument("launcher", nargs=-1, required=True, type=click.UNPROCESSED)
+def run_cmd(mode, confirm_duration_s, poll_interval_s, suspect_after_s, report_every_s,
+            watchdog_period_s, pyspy_path, out_dir, json_out, grace_s, launcher):
+    """Run LAUNCHER armed, watch its ranks, and report a hang while they live.
+
+    \b
+    hpc-hangkit run [OPTIONS] -- LAUNCHER ARGS...
+      e.g.  hpc-hangkit run --confirm-duration 6 --poll-interval 1 -- mpiexec -n 4 python train.py
+            hpc-hangkit run --mode fail -- python -m torch.distributed.run --nproc-per-node 4 train.py
+
+    The job environment comes from the settings (defaults < site config.toml <
+    HANGKIT_* environment < these options); the launcher runs in its own
+    process group and Ctrl-C / SIGTERM are forwarded to it. On a confirmed hang
+    (ranks disagree and nothing moved for the confirm window) it captures an
+    on-demand watchdog dump and `py-spy dump --native` of every rank into
+    OUT/hang_detector/, prints the roll call and writes report.txt and
+    report.json there. Stages are logged to stderr with UTC timestamps.
+
+    \b
+    Exit status:
+      the job's own status (128+N if killed by signal N), also in observe mode
+      3    hang confirmed and the job terminated (--mode fail)
+      4    hpc-hangkit failed (bad setting, unusable --out, monitor crash)
+      126  LAUNCHER not executable;  127  LAUNCHER not found
+    """
+    from hpc_hangkit.run import run_command
+
+    overrides = {"mode": mode, "confirm_duration_s": confirm_duration_s,
+                 "poll_interval_s": poll_interval_s, "suspect_after_s": suspect_after_s,
+                 "report_every_s": report_every_s, "watchdog_period_s": watchdog_period_s,
+                 "pyspy_path": pyspy_path}
+    sys.exit(run_command(list(launcher), overrides, out_dir, json_out, grace_s=grace_s))
+
+
+# --- collect (hpc_hangkit.collect) --------------------------------------------
+@cli.command("collect")
+@click.argument("job_id")
+@click.option("--attempt", type=click.IntRange(min=0), default=None,
+              help="Attempt number (0 = first run; default: the current/newest).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (schema v1).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
+              help="Keep the gathered hang_detector/ tree in this directory.")
+@click.option("--live/--stored", "live", default=None,
+              help="Force a live gather (running job) or a read from storage.")
+@click.option("--storage-url", default=None, help="Override the storage_url setting.")
+def collect_cmd(job_id, attempt, as_json, out_dir, live, storage_url):
+    """Gather a Slurm job's dumps and print its roll call.
+
+    JOB_ID is a job id (1234) or an array task (1234_5). A running job is
+    gathered live from every node (srun --overlap probes that trigger an
+    on-demand stack dump of each rank); a finished job is read from
+    <storage_url>/<job_id>/attempt_<n>/hang_detector/. A copy that a failed
+    epilog left in this node's scratch is finished first. Exit status: 0
+    report printed, 1 nothing found or storage/Slurm unusable, 2 bad JOB_ID.
+    """
+    import os
+    import shutil
+
+    from hpc_hangkit import collect
+
+    try:
+        collect.parse_job_id(job_id)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="JOB_ID")
+    from hpc_hangkit.config import ConfigError, load_settings
+
+    try:
+        settings = load_settings(overrides={"storage_url": storage_url} if storage_url else None)
+    except ConfigError as e:
+        raise click.ClickException(str(e))
+    keep = out_dir is not None
+    if keep:
+        os.makedirs(out_dir, exist_ok=True)
+    try:
+        got = collect.collect_job(job_id, attempt=attempt, settings=settings, out_dir=out_dir,
+                                  live=live)
+    except (FileNotFoundError, RuntimeError, OSError) as e:
+        raise click.ClickException(str(e))
+    try:
+        from hpc_hangkit import render
+
+        for note in got.notes:
+            click.echo("hpc-hangkit collect: " + note, err=True)
+        click.echo("hpc-hangkit collect: job %s attempt %d from %s" % (
+            job_id, got.attempt, got.source), err=True)
+        click.echo(render.render_json(got.report) if as_json else render.render_text(got.report))
+    finally:
+        if not keep:
+            shutil.rmtree(os.path.dirname(got.hd_dir), ignore_errors=True)
+
+
 def main(argv=None):
     """Console-script entry point."""
     try:

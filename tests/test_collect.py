@@ -1,0 +1,223 @@
+"""The collector: verified copy to file:// storage, privilege drop, no-follow,
+failure manifests, and finishing a partial copy later.
+
+Runs as root (the epilog does) with ``nobody`` as the job's user.
+"""
+import json
+import os
+import stat
+import time
+
+import pytest
+
+from hpc_hangkit import collect, layout
+
+from collect_helpers import Area, faulthandler_dump, job_user, local_files, need_root
+
+SECRET = b"root-only secret: must never reach storage\n"
+
+
+@pytest.fixture
+def area():
+    need_root()
+    a = Area()
+    yield a
+    a.cleanup()
+
+
+@pytest.fixture(scope="module")
+def fh_dump(tmp_path_factory):
+    return faulthandler_dump(str(tmp_path_factory.mktemp("fh")))
+
+
+def _stored(area, job_id, attempt=0):
+    base = os.path.join(area.storage, layout.storage_attempt_prefix(job_id, attempt))
+    return base, local_files(base)
+
+
+def _run(area, job_id, attempt=0, budget=20.0, storage_url=None):
+    uid, gid, user = job_user()
+    return collect._collect_one(
+        area.scratch, job_id, attempt, storage_url or "file://" + area.storage,
+        uid=uid, gid=gid, user=user, deadline=time.monotonic() + budget, host="hk1")
+
+
+@pytest.mark.timeout(60)
+def test_verified_copy_deletes_local_and_records_manifest(area, fh_dump):
+    uid, gid, _ = job_user()
+    files = {
+        "watchdog/rank_0.pid11.log": fh_dump,
+        "heartbeats/rank_0.pid11.hb": os.urandom(256),
+        "hang_detector/report.txt": b"roll call\n",
+        "hang_detector/stack_traces/rank_0.log": fh_dump,
+        "hang_detector/nvidia_smi/node_hk1.log": b"hpc-hangkit: nvidia-smi unavailable: none\n",
+    }
+    d = area.make_attempt("101", 0, uid, gid, files)
+    res = _run(area, "101")
+    assert res["status"] == "complete", res
+    assert res["copied"] == len(files) and res["failed"] == 0
+    base, stored = _stored(area, "101")
+    for rel, data in files.items():
+        dest = rel if rel.startswith("hang_detector/") else "hang_detector/" + rel
+        with open(stored[dest], "rb") as f:
+            assert f.read() == data, dest
+        st = os.stat(stored[dest])
+        assert st.st_uid == uid, "storage written as the job's user, not root"
+        assert not st.st_mode & 0o077, "dumps in storage are private to the user"
+    # local copies gone (only empty dirs may remain), no local manifest
+    assert local_files(d) == {}
+    man = json.load(open(stored["collect_hk1.json"]))
+    assert man["status"] == "complete"
+    assert {f["path"] for f in man["files"] if f["state"] == "copied"} == set(files)
+    for f in man["files"]:
+        assert len(f["sha256"]) == 64
+
+
+@pytest.mark.timeout(60)
+def test_rerun_is_idempotent_and_other_nodes_same_name_kept(area):
+    uid, gid, _ = job_user()
+    area.make_attempt("102", 0, uid, gid, {"hang_detector/events.jsonl": b'{"a": 1}\n'})
+    assert _run(area, "102")["status"] == "complete"
+    # a second node writes the same name with other content: both kept
+    area.make_attempt("102", 0, uid, gid, {"hang_detector/events.jsonl": b'{"b": 2}\n'})
+    uid, gid, user = job_user()
+    res = collect._collect_one(area.scratch, "102", 0, "file://" + area.storage, uid=uid,
+                               gid=gid, user=user, deadline=time.monotonic() + 20, host="hk2")
+    assert res["status"] == "complete", res
+    _, stored = _stored(area, "102")
+    assert open(stored["hang_detector/events.jsonl"], "rb").read() == b'{"a": 1}\n'
+    assert open(stored["hang_detector/events.hk2.jsonl"], "rb").read() == b'{"b": 2}\n'
+
+
+@pytest.mark.timeout(60)
+def test_planted_symlinks_fifo_and_root_only_file_are_not_copied(area, fh_dump):
+    uid, gid, _ = job_user()
+    secret_dir = os.path.join(area.base, "rootonly")
+    os.mkdir(secret_dir, 0o755)
+    secret = os.path.join(secret_dir, "shadow")
+    with open(secret, "wb") as f:
+        f.write(SECRET)
+    os.chmod(secret, 0o600)
+    d = area.make_attempt("103", 0, uid, gid, {"watchdog/rank_0.pid5.log": fh_dump})
+    # the user plants: a symlink to a root-only file, a symlinked directory,
+    # a fifo (would block a naive open), and root leaves a 0600 root file
+    os.symlink(secret, os.path.join(d, "watchdog", "rank_1.pid6.log"))
+    os.symlink(secret_dir, os.path.join(d, "heartbeats"))
+    os.mkfifo(os.path.join(d, "watchdog", "rank_2.pid7.log"))
+    with open(os.path.join(d, "rootfile.txt"), "wb") as f:
+        f.write(SECRET)
+    os.chmod(os.path.join(d, "rootfile.txt"), 0o600)
+    for p in ("watchdog/rank_1.pid6.log", "heartbeats", "watchdog/rank_2.pid7.log"):
+        os.lchown(os.path.join(d, p), uid, gid)
+
+    res = _run(area, "103")
+    base, stored = _stored(area, "103")
+    for path in stored.values():
+        with open(path, "rb") as f:
+            assert SECRET not in f.read(), path
+    assert "hang_detector/watchdog/rank_0.pid5.log" in stored
+    assert res["copied"] == 1
+    skipped = set(res["skipped_paths"])
+    assert {"watchdog/rank_1.pid6.log", "heartbeats", "watchdog/rank_2.pid7.log",
+            "rootfile.txt"} <= skipped
+    man = json.load(open(stored["collect_hk1.json"]))
+    why = {f["path"]: f["why"] for f in man["files"] if f["state"] == "skipped"}
+    assert "symlink" in why["watchdog/rank_1.pid6.log"]
+    assert "fifo" in why["watchdog/rank_2.pid7.log"]
+    assert "Permission denied" in why["rootfile.txt"], "read as the user, not root"
+    # the secret and the planted entries are untouched
+    assert open(secret, "rb").read() == SECRET
+    assert os.path.islink(os.path.join(d, "watchdog", "rank_1.pid6.log"))
+
+
+@pytest.mark.timeout(60)
+def test_attempt_dir_that_is_a_symlink_or_foreign_is_refused(area, fh_dump):
+    uid, gid, user = job_user()
+    # another user's (root's) directory where the job's scratch should be
+    d = area.make_attempt("104", 0, 0, 0, {"watchdog/rank_0.pid1.log": fh_dump})
+    os.chmod(d, 0o755)      # readable, so only the ownership check can refuse it
+    res = _run(area, "104")
+    assert res["status"] in ("error", "timeout", "incomplete"), res
+    assert "owned by uid 0" in json.dumps(res)
+    assert os.path.exists(os.path.join(d, "watchdog/rank_0.pid1.log"))
+    assert not os.path.exists(os.path.join(area.storage, "104"))
+    # the attempt dir replaced by a symlink to a root directory
+    jdir = os.path.dirname(area.attempt_dir("105", 0))
+    os.makedirs(jdir)
+    os.symlink(os.path.dirname(d), os.path.join(jdir, "attempt_0"))
+    res = _run(area, "105")
+    assert res["status"] != "complete"
+    assert not os.path.exists(os.path.join(area.storage, "105"))
+
+
+@pytest.mark.timeout(60)
+def test_unwritable_storage_keeps_local_with_manifest_then_finish_local_copies(area, fh_dump):
+    uid, gid, _ = job_user()
+    files = {"watchdog/rank_0.pid21.log": fh_dump, "heartbeats/rank_0.pid21.hb": b"x" * 128}
+    d = area.make_attempt("106", 1, uid, gid, files)
+    os.chmod(area.storage, 0o755)       # root-owned, not writable by the job's user
+    t0 = time.monotonic()
+    res = _run(area, "106", attempt=1, budget=10)
+    assert time.monotonic() - t0 < 10
+    assert res["status"] == "incomplete", res
+    assert res["failed"] == 2
+    # local files kept, manifest says what and why
+    for rel in files:
+        assert os.path.exists(os.path.join(d, rel))
+    man = json.load(open(os.path.join(d, collect.MANIFEST_NAME)))
+    assert man["status"] == "incomplete"
+    assert all(f["state"] == "failed" and "Permission" in f["why"] for f in man["files"])
+    assert os.stat(os.path.join(d, collect.MANIFEST_NAME)).st_uid == uid
+
+    # storage fixed; `collect` on the node finishes the copy (as root -> owner)
+    os.chmod(area.storage, 0o1777)
+    out = collect.finish_local("106", settings=area.settings())
+    assert [r["status"] for r in out] == ["complete"], out
+    _, stored = _stored(area, "106", 1)
+    assert open(stored["hang_detector/watchdog/rank_0.pid21.log"], "rb").read() == fh_dump
+    assert not os.path.exists(d), "verified copy: local attempt dir removed"
+    (name,) = [k for k in stored if k.startswith("collect_")]   # this host's record
+    man = json.load(open(stored[name]))
+    assert man["previous"]["status"] == "incomplete"
+
+
+@pytest.mark.timeout(60)
+def test_no_storage_url_leaves_manifest(area):
+    uid, gid, user = job_user()
+    d = area.make_attempt("107", 0, uid, gid, {"watchdog/rank_0.pid1.log": b"x\n"})
+    res = collect._collect_one(area.scratch, "107", 0, None, uid=uid, gid=gid, user=user,
+                               deadline=time.monotonic() + 10, host="hk1")
+    assert res["status"] == "incomplete" and "storage_url" in res["reason"]
+    man = json.load(open(os.path.join(d, collect.MANIFEST_NAME)))
+    assert man["files"][0]["state"] == "pending"
+
+
+@pytest.mark.timeout(60)
+def test_budget_spent_leaves_pending_files_in_manifest(area):
+    uid, gid, user = job_user()
+    files = {"watchdog/rank_%d.pid%d.log" % (r, r + 100): b"y" * 64 for r in range(3)}
+    d = area.make_attempt("108", 0, uid, gid, files)
+    # a budget too short to start any copy: nothing copied, but the outcome is recorded
+    res = collect._collect_one(area.scratch, "108", 0, "file://" + area.storage, uid=uid,
+                               gid=gid, user=user, deadline=time.monotonic() + 0.3, host="hk1")
+    assert res["status"] in ("incomplete", "timeout"), res
+    man = json.load(open(os.path.join(d, collect.MANIFEST_NAME)))
+    assert man["status"] in ("incomplete", "timeout")
+    assert any(f["state"] == "pending" and f["why"] for f in man["files"])
+    for rel in files:
+        assert os.path.exists(os.path.join(d, rel))
+
+
+def test_copy_tree_skips_device_files_without_opening(area):
+    uid, gid, _ = job_user()
+    d = area.make_attempt("109", 0, uid, gid, {"a.txt": b"a"})
+    os.mknod(os.path.join(d, "null"), 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        man = collect.copy_tree(fd, "file://" + area.storage + "/109/attempt_0", job_id="109",
+                                attempt=0, host="hk1")
+    finally:
+        os.close(fd)
+    why = {f["path"]: f["why"] for f in man["files"]}
+    assert "character device" in why["null"]
+    assert man["status"] == "complete"
