@@ -1,0 +1,134 @@
+"""capture (real processes, real py-spy) and the monitor loop (injected clock, scripted sources)."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from hpc_hangkit import capture as cap
+from hpc_hangkit.detector import Detector
+from hpc_hangkit.monitor import EventLog, Monitor
+
+
+class _Settings:
+    watchdog_signal = "SIGURG"
+    pyspy_path = "py-spy"
+
+
+SLEEPER = """
+import time
+def parked_in_a_named_function():
+    while True:
+        time.sleep(0.2)
+print("ready", flush=True)
+parked_in_a_named_function()
+"""
+
+
+def _sleeper(spawn):
+    p = spawn([sys.executable, "-c", SLEEPER], stdout=subprocess.PIPE)
+    assert p.stdout.readline().strip() == b"ready"
+    return p
+
+
+@pytest.mark.timeout(60)
+def test_pyspy_capture_of_a_live_process(spawn, tmp_path):
+    p = _sleeper(spawn)
+    ctx = cap.CaptureContext(_Settings, str(tmp_path / "scratch"), str(tmp_path / "hd"),
+                             {0: cap.RankProc(0, p.pid, "")})
+    path = cap.pyspy_rank(ctx, ctx.ranks[0])
+    text = open(path).read()
+    assert path.endswith(os.path.join("stack_traces", "rank_0.log"))
+    assert "parked_in_a_named_function" in text and not text.startswith("hpc-hangkit:")
+    assert ctx.problems == []
+
+
+@pytest.mark.timeout(60)
+def test_missing_pyspy_writes_one_line_why_file(spawn, tmp_path):
+    p = _sleeper(spawn)
+
+    class S(_Settings):
+        pyspy_path = str(tmp_path / "nope" / "py-spy")
+    ctx = cap.CaptureContext(S, str(tmp_path / "scratch"), str(tmp_path / "hd"),
+                             {0: cap.RankProc(0, p.pid, ""), 3: cap.RankProc(3, p.pid, "")})
+    paths = cap.pyspy_all(ctx)
+    assert len(paths) == 2
+    for path in paths:
+        text = open(path).read()
+        assert text.startswith("hpc-hangkit: py-spy unavailable: executable ")
+        assert S.pyspy_path in text and text.count("\n") == 1
+    assert len(ctx.problems) == 2
+
+
+@pytest.mark.timeout(60)
+def test_refused_pyspy_and_dead_pid(tmp_path):
+    """py-spy runs but cannot attach (the pid is gone): the why-file carries py-spy's own reason."""
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    ctx = cap.CaptureContext(_Settings, str(tmp_path), str(tmp_path / "hd"), {})
+    path = cap.pyspy_rank(ctx, cap.RankProc(2, p.pid, ""))
+    text = open(path).read()
+    assert text.startswith("hpc-hangkit: py-spy unavailable: py-spy dump --native --pid %d failed: " % p.pid)
+    assert text.count("\n") == 1
+
+
+def test_copy_rank_files_skips_symlinks(tmp_path):
+    scratch = tmp_path / "s"
+    (scratch / "watchdog").mkdir(parents=True)
+    (scratch / "watchdog" / "rank_0.pid1.log").write_text("x")
+    secret = tmp_path / "secret"
+    secret.write_text("do not copy")
+    os.symlink(str(secret), str(scratch / "watchdog" / "rank_1.pid2.log"))
+    out = cap.copy_rank_files(str(scratch), str(tmp_path / "hd"))
+    assert [os.path.basename(p) for p in out] == ["rank_0.pid1.log"]
+    assert not (tmp_path / "hd" / "watchdog" / "rank_1.pid2.log").exists()
+
+
+class Scripted:
+    """A source replaying a list of answers (the monitor's loop is what is under test)."""
+
+    name = "scripted"
+
+    def __init__(self, answers, key="k"):
+        self.answers = list(answers)
+        self.key = key
+
+    def poll(self, now):
+        a = self.answers.pop(0) if self.answers else None
+        if a is None:
+            return {}
+        return {self.key: (a, "detail at %g" % now)}
+
+
+class Broken:
+    name = "broken"
+
+    def poll(self, now):
+        raise RuntimeError("boom")
+
+
+def test_monitor_loop_events_and_confirm_once(tmp_path):
+    t = [0.0]
+    confirmed = []
+    det = Detector(1, 3, 1, 100)
+    src = Scripted([False, True, None, True, True, True, True, False])
+    mon = Monitor(det, [Broken(), src], hd_dir=str(tmp_path), on_confirmed=confirmed.append,
+                  clock=lambda: t[0])
+
+    def wait(s):
+        t[0] += s
+    mon.run(lambda: bool(src.answers), wait)
+    assert t[0] == 7.0  # one poll per interval
+    kinds = [e.kind for e in mon.history]
+    assert kinds == ["suspected", "confirmed", "recovered"]
+    assert len(confirmed) == 1 and confirmed[0].stalled_for_s == 4.0  # the empty answer skipped a poll
+    lines = [json.loads(l) for l in (tmp_path / "events.jsonl").read_text().splitlines()]
+    assert [l["kind"] for l in lines] == kinds
+    assert lines[1]["detail"].startswith("detail at")
+
+
+def test_event_log_survives_unwritable_path(tmp_path):
+    (tmp_path / "f").write_text("")
+    EventLog(str(tmp_path / "f" / "events.jsonl")).write("x", a=1)  # a file as parent dir: logged, no raise
