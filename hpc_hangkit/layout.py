@@ -129,24 +129,11 @@ def ncclras_json_name(timestamp):
     return "ncclras_%s.json" % timestamp
 
 
-# --- Slurm: per-job, per-attempt node scratch (created by slurm/prolog) ---------
-#: the job environment the prolog computed once per node (KEY=VALUE lines),
-#: read by the SPANK plugin (spank/hangkit_spank.c keeps the same spelling)
-JOB_ENV_FILE = "hangkit.env"
+# --- Slurm (batch-step monitor) -------------------------------------------------
 #: the batch-step monitor's log, under hang_detector/
 MONITOR_LOG = "monitor.log"
 #: hpc-hangkit's own count of hang requeues, under <storage_url>/<job_id>/
 REQUEUE_STATE_FILE = "hangkit_requeue.json"
-
-
-def job_scratch_dir(scratch_dir, job_id, attempt):
-    """``<scratch_dir>/job_<job_id>/attempt_<n>``: one Slurm job attempt's node scratch.
-
-    ``job_id`` is SLURM_JOB_ID (the unique numeric id, also for array tasks);
-    ``attempt`` is the 0-based restart count (SLURM_JOB_RESTART_COUNT in the
-    prolog/epilog, SLURM_RESTART_COUNT in the job, unset = 0).
-    """
-    return "%s/job_%s/attempt_%d" % (scratch_dir.rstrip("/") or "/", job_id, int(attempt))
 
 
 def storage_attempt_prefix(job_id, attempt):
