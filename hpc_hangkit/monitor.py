@@ -44,7 +44,8 @@ class StackDetail:
     computed because something progressed); ``progressed``: ranks seen
     moving since the previous poll, with why (``{rank: "heartbeat 12->13"}``);
     ``ranks``: ranks with a watchdog log; ``report``: the
-    :class:`hpc_hangkit.rollcall.Report` (or None); ``text``: its rendered roll call.
+    :class:`hpc_hangkit.rollcall.Report` (or None); ``text``: its rendered roll call;
+    ``steps``: evidence a wrapping source adds (Slurm: sstat counters).
     """
 
     verdict: Optional[str] = None
@@ -53,11 +54,16 @@ class StackDetail:
     ranks: List[int] = field(default_factory=list)
     report: Any = None
     text: str = ""
+    #: extra evidence a wrapping source attaches (e.g. sstat step counters on Slurm)
+    steps: Optional[dict] = None
 
     def to_json(self) -> dict:
-        return {"verdict": self.verdict, "suspect_ranks": list(self.suspect_ranks),
-                "progressed": {str(k): v for k, v in sorted(self.progressed.items())},
-                "ranks": list(self.ranks)}
+        d = {"verdict": self.verdict, "suspect_ranks": list(self.suspect_ranks),
+             "progressed": {str(k): v for k, v in sorted(self.progressed.items())},
+             "ranks": list(self.ranks)}
+        if self.steps is not None:
+            d["steps"] = self.steps
+        return d
 
     def __str__(self):
         if self.progressed:
@@ -331,6 +337,23 @@ class Monitor:
             wait(delay)
 
 
+def write_report(hd_dir: str, settings=None, world_size: Optional[int] = None):
+    """Roll call over ``hd_dir`` written as ``report.txt`` and ``report.json``; returns ``(report, text)``.
+
+    Reads only ``hd_dir`` (the captured tree). ``settings.stack_samples`` is K.
+    """
+    from hpc_hangkit.render import render_json, render_text
+    from hpc_hangkit.rollcall import report_from_dir
+    rep = report_from_dir(hd_dir, world_size=world_size,
+                          samples=getattr(settings, "stack_samples", 5))
+    text = render_text(rep)
+    with open(os.path.join(hd_dir, layout.REPORT_TXT), "w") as f:
+        f.write(text if text.endswith("\n") else text + "\n")
+    with open(os.path.join(hd_dir, layout.REPORT_JSON), "w") as f:
+        f.write(render_json(rep))
+    return rep, text
+
+
 def capture_and_report(settings, scratch: str, hd_dir: str, world_size: Optional[int] = None,
                        events: Optional[EventLog] = None):
     """Capture the live ranks of this node, then the roll call over ``hd_dir``.
@@ -341,8 +364,6 @@ def capture_and_report(settings, scratch: str, hd_dir: str, world_size: Optional
     only ``hd_dir`` (the captured tree) for the roll call.
     """
     from hpc_hangkit.capture import CaptureContext, capture, discover_ranks
-    from hpc_hangkit.render import render_json, render_text
-    from hpc_hangkit.rollcall import report_from_dir
 
     ranks = discover_ranks(scratch)
     log.info("capturing diagnostics of %d rank(s) into %s", len(ranks), hd_dir)
@@ -353,13 +374,7 @@ def capture_and_report(settings, scratch: str, hd_dir: str, world_size: Optional
     if events:
         events.write("captured", files=len(res.files), problems=res.problems,
                      seconds=round(res.seconds, 3), ranks=sorted(ranks))
-    rep = report_from_dir(hd_dir, world_size=world_size,
-                          samples=getattr(settings, "stack_samples", 5))
-    text = render_text(rep)
-    with open(os.path.join(hd_dir, layout.REPORT_TXT), "w") as f:
-        f.write(text if text.endswith("\n") else text + "\n")
-    with open(os.path.join(hd_dir, layout.REPORT_JSON), "w") as f:
-        f.write(render_json(rep))
+    rep, text = write_report(hd_dir, settings, world_size)
     if events:
         events.write("report", verdict=rep.verdict, suspect_ranks=list(rep.suspect_ranks or []))
     return rep, text, res
