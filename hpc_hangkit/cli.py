@@ -115,10 +115,10 @@ def collect_cmd(job_id, attempt, as_json, out_dir, live, storage_url):
         collect.parse_job_id(job_id)
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="JOB_ID")
-    from hpc_hangkit.config import ConfigError, load_settings
+    from hpc_hangkit.config import ConfigError
 
     try:
-        settings = load_settings(overrides={"storage_url": storage_url} if storage_url else None)
+        settings = collect.load_site_settings(storage_url=storage_url)
     except ConfigError as e:
         raise click.ClickException(str(e))
     keep = out_dir is not None
@@ -140,6 +140,118 @@ def collect_cmd(job_id, attempt, as_json, out_dir, live, storage_url):
     finally:
         if not keep:
             shutil.rmtree(os.path.dirname(got.hd_dir), ignore_errors=True)
+
+
+# --- Slurm batch-step monitor and its node-side helpers (hpc_hangkit.batch) ---
+@cli.command("slurm-monitor", hidden=True)
+def slurm_monitor_cmd():
+    """Internal: the batch-step monitor, started by the SPANK plugin in the batch step
+    as the job's user. Reads the job environment; always exits 0."""
+    from hpc_hangkit.batch import monitor_main
+
+    sys.exit(monitor_main())
+
+
+@cli.command("slurm-probe", hidden=True)
+@click.option("--scratch", required=True, help="the job attempt's node scratch")
+def slurm_probe_cmd(scratch):
+    """Internal (srun --overlap on each node): print this node's rank files (tails) as one JSON line."""
+    from hpc_hangkit.batch import probe_main
+
+    sys.exit(probe_main(scratch))
+
+
+@cli.command("slurm-capture", hidden=True)
+@click.option("--scratch", required=True, help="the job attempt's node scratch")
+def slurm_capture_cmd(scratch):
+    """Internal (srun --overlap on each node): capture this node's ranks into
+    <scratch>/hang_detector/ and print what was captured as one JSON line."""
+    from hpc_hangkit.batch import capture_main
+    from hpc_hangkit.config import load_settings
+
+    sys.exit(capture_main(load_settings(), scratch))
+
+
+# --- admin (hpc_hangkit.admin) ------------------------------------------------
+@cli.group("admin")
+def admin_group():
+    """Install and check hpc-hangkit's Slurm site set-up (run as root on each node)."""
+
+
+@admin_group.command("build-spank")
+@click.option("--out", "out_path", default=None, metavar="FILE",
+              help="where to put hangkit_spank.so (default: spank/hangkit_spank.so in the source tree)")
+@click.option("--slurm-include", default=None, metavar="DIR",
+              help="directory holding slurm/spank.h (default /usr/include)")
+def admin_build_spank_cmd(out_path, slurm_include):
+    """Build the SPANK plugin against the installed slurm/spank.h (make -C spank).
+
+    Rebuild after every Slurm upgrade: a plugin only loads into the Slurm
+    release it was built for. Prints the path of the built .so; exit 1 with
+    the compiler's message on failure.
+    """
+    from hpc_hangkit import admin
+
+    try:
+        click.echo(admin.build_spank(out=out_path, include=slurm_include))
+    except admin.AdminError as e:
+        raise click.ClickException(str(e))
+
+
+@admin_group.command("install")
+@click.option("--default-mode", type=click.Choice(["off", "observe", "fail"]), default="off",
+              show_default=True, help="site default when a job gives no --hang-detect")
+@click.option("--root", "root", default="/", show_default=True, metavar="DIR",
+              help="install under this root directory instead of / (for images and tests)")
+@click.option("--lib-dir", default="/usr/local/lib/hpc-hangkit", show_default=True,
+              help="where the plugin .so goes")
+@click.option("--etc-dir", default="/etc/hpc-hangkit", show_default=True,
+              help="where config.toml and the prolog/epilog hooks go")
+@click.option("--slurm-etc", default="/etc/slurm", show_default=True,
+              help="Slurm's configuration directory (plugstack.conf.d/)")
+@click.option("--dry-run", is_flag=True, help="print what would be done, change nothing")
+def admin_install_cmd(default_mode, root, lib_dir, etc_dir, slurm_etc, dry_run):
+    """Install the site set-up on this node: the SPANK plugin (built here),
+    plugstack.conf.d/hpc-hangkit.conf with the site default, the prolog and
+    epilog hooks, and an example /etc/hpc-hangkit/config.toml (kept if present).
+
+    It does not edit slurm.conf: it prints the lines to add there (Prolog,
+    Epilog, PrologFlags=Alloc, JobAcctGatherType). Restart slurmd afterwards.
+    Run `hpc-hangkit admin check` to verify.
+    """
+    from hpc_hangkit import admin
+
+    try:
+        for line in admin.install(default_mode=default_mode, root=root, lib_dir=lib_dir,
+                                  etc_dir=etc_dir, slurm_etc=slurm_etc, dry_run=dry_run):
+            click.echo(line)
+    except admin.AdminError as e:
+        raise click.ClickException(str(e))
+
+
+@admin_group.command("check")
+@click.option("--root", "root", default="/", show_default=True, metavar="DIR",
+              help="check an installation under this root directory")
+@click.option("--etc-dir", default="/etc/hpc-hangkit", show_default=True)
+@click.option("--slurm-etc", default="/etc/slurm", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="findings as JSON")
+def admin_check_cmd(root, etc_dir, slurm_etc, as_json):
+    """Find what is missing or wrong in this node's set-up and say how to fix it.
+
+    One line per check: OK, WARN or ERROR, what was found, and the fix.
+    Exit status: 0 no ERROR, 1 at least one ERROR.
+    """
+    import json as _json
+
+    from hpc_hangkit import admin
+
+    findings = admin.check(root=root, etc_dir=etc_dir, slurm_etc=slurm_etc)
+    if as_json:
+        click.echo(_json.dumps([f.__dict__ for f in findings], indent=1))
+    else:
+        for f in findings:
+            click.echo(f.line())
+    sys.exit(1 if any(f.level == "ERROR" for f in findings) else 0)
 
 
 def main(argv=None):

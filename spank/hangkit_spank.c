@@ -310,13 +310,12 @@ static void _start_monitor(spank_t sp)
 		return;
 	while (env[n])
 		n++;
-	menv = calloc(n + 2, sizeof(char *));
+	menv = calloc(n + 1, sizeof(char *));
 	if (!menv)
 		return;
 	for (size_t i = 0; i < n; i++)
 		if (!_drop_from_monitor_env(env[i]))
 			menv[k++] = env[i];
-	menv[k++] = "HANGKIT_MONITOR=1";
 	menv[k] = NULL;
 
 	pid = fork();
