@@ -1,0 +1,357 @@
+"""Pure parser of faulthandler stack dumps (the watchdog logs ranks write).
+
+Input is the bytes of one file; nothing here touches the file system or the
+clock. The shapes CPython (3.8 .. 3.13) writes, all handled, also mixed in one
+file:
+
+1. ``dump_traceback_later`` (timeout): a ``Timeout (h:mm:ss)!`` line, then one
+   ``Thread 0x... (most recent call first):`` block per thread, blocks
+   separated by a blank line; the main thread is the LAST block (CPython lists
+   the newest thread first). With ``all_threads=False``: ``Timeout`` then a
+   ``Stack (most recent call first):`` block.
+2. ``faulthandler.register(sig, all_threads=True)`` (signal): no header line;
+   the thread that got the signal is marked ``Current thread 0x...``; blocks of
+   one dump are separated by a blank line, and consecutive dumps have NO
+   separator: a thread header right after a frame line starts a new dump.
+3. ``faulthandler.register(sig, all_threads=False)``: one
+   ``Stack (most recent call first):`` block per dump, no separator, no
+   timestamp. This is what the hpc-hangkit watchdog writes.
+
+Also understood: ``<no Python frame>`` threads, ``  ...`` (stack deeper than
+faulthandler's 100-frame limit), ``File "???", line ???`` and fatal-error dumps
+(``Fatal Python error: Segmentation fault`` ... ``Extension modules: ...``),
+which become a :class:`Sample` with ``fatal`` set: the process died there.
+
+Header lines: ``# hpc-hangkit rank=<r> world=<w|-> local_rank=<l|-> pid=<pid>
+host=<host> t=<epoch s> signal=<SIG> period_s=<p> argv=<JSON list>`` (see
+docs/internals.md) and the research probe's ``# hangkit-probe rank=.. pid=..
+host=.. t=.. argv=..``. Other ``# `` lines are comments; a comment carrying
+``t=<epoch s>`` stamps the next dump.
+
+Bad input never raises: binary garbage, interleaved writers and a truncated
+tail are skipped, each with a warning naming the file and the byte offset.
+"""
+import ast
+import json
+import re
+from typing import Dict, List, Optional
+
+from hpc_hangkit.parse.model import Frame, ParsedLog, Sample, Thread, frame
+
+__all__ = ["parse_faulthandler", "parse_header", "looks_like_faulthandler"]
+
+_FRAME_RE = re.compile(r'^  File "(.*)", line (\d+|\?\?\?) in (.*)$')
+_THREAD_RE = re.compile(
+    r"^(Current thread|Thread) (0x[0-9a-fA-F]+|\d+)(?: \[(.*?)\])? \(most recent call first\):$")
+_TIMEOUT_RE = re.compile(r"^Timeout \((\d+):(\d\d):(\d\d)(?:\.\d+)?\)!$")
+_STACK = "Stack (most recent call first):"
+_HEADER_TAGS = ("# hpc-hangkit ", "# hangkit-probe ")
+# lines of a fatal-error report that carry no frames
+_FATAL_NOISE = ("Python runtime state:", "Extension modules:", "(total:", "Current thread's C stack",
+                "  Binary file ", "  <tstate is freed>", "<Cannot show all threads",
+                "Thread 0x0 ", "  <unknown>")
+_SKIP_FRAME_LINES = ("  ...", "  <tstate is freed>", "  <invalid thread state>", "  <truncated",
+                     "  <unknown>")
+
+_INT_KEYS = ("rank", "world", "local_rank", "pid")
+_FLOAT_KEYS = ("t", "period_s")
+
+
+def parse_header(text: str) -> Optional[Dict]:
+    """Parse one ``# hpc-hangkit ...`` / ``# hangkit-probe ...`` line into a dict.
+
+    Ints for rank/world/local_rank/pid (``-`` -> None), floats for t/period_s,
+    ``argv`` as a list when it parses (JSON, else Python literal), else the raw
+    text. Returns None if the line is not a header.
+    """
+    tag = None
+    for t in _HEADER_TAGS:
+        if text.startswith(t):
+            tag = t
+            break
+    if tag is None:
+        return None
+    body = text[len(tag):]
+    argv = None
+    cut = body.find(" argv=")
+    if body.startswith("argv="):
+        cut = -1
+        argv, body = body[5:], ""
+    elif cut >= 0:
+        argv, body = body[cut + 6:], body[:cut]
+    out: Dict = {"format": tag[2:].strip()}
+    for tok in body.split():
+        k, sep, v = tok.partition("=")
+        if not sep:
+            continue
+        if k in _INT_KEYS:
+            try:
+                out[k] = None if v in ("-", "") else int(v)
+            except ValueError:
+                out[k] = None
+        elif k in _FLOAT_KEYS:
+            try:
+                out[k] = float(v)
+            except ValueError:
+                out[k] = None
+        else:
+            out[k] = v
+    if argv is not None:
+        val = argv
+        try:
+            val = json.loads(argv)
+        except ValueError:
+            try:
+                val = ast.literal_eval(argv)
+            except (ValueError, SyntaxError, MemoryError, RecursionError):
+                pass
+        out["argv"] = val
+    return out
+
+
+def looks_like_faulthandler(data: bytes) -> bool:
+    """True if the first 4 KiB hold a faulthandler dump marker or our header."""
+    head = data[:4096]
+    return (b"(most recent call first):" in head or head.startswith(b"# hpc-hangkit ")
+            or head.startswith(b"# hangkit-probe ") or b"Fatal Python error:" in head)
+
+
+class _Builder:
+    """Collects dumps line by line; keeps the byte offsets for warnings."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.samples: List[Sample] = []
+        self.warnings: List[str] = []
+        self.cur: Optional[dict] = None  # open dump: {threads, source, offset, fatal, damaged, t}
+        self.thread: Optional[dict] = None  # open thread block
+        self.pending_t: Optional[float] = None
+        self.frame_cache: Dict[str, Frame] = {}
+        self.blank_before = False
+
+    def warn(self, offset: int, what: str):
+        if len(self.warnings) < 50:
+            self.warnings.append("%s: byte %d: %s" % (self.name, offset, what))
+        elif len(self.warnings) == 50:
+            self.warnings.append("%s: more problems; further warnings for this file suppressed" % self.name)
+
+    def open_dump(self, source: str, offset: int, fatal: Optional[str] = None):
+        self.close_dump()
+        self.cur = {"threads": [], "source": source, "offset": offset, "fatal": fatal,
+                    "damaged": None, "t": self.pending_t}
+        self.pending_t = None
+
+    def open_thread(self, tid: str, current: bool, name: Optional[str], offset: int, source: str):
+        cur = self.cur
+        if cur is None or (cur["threads"] and self.thread is not None and not self.blank_before):
+            self.open_dump(source, offset)
+            cur = self.cur
+        elif any(t["tid"] == tid for t in cur["threads"]) and tid is not None:
+            self.open_dump(source, offset)
+            cur = self.cur
+        self.close_thread()
+        self.thread = {"tid": tid, "current": current, "name": name, "frames": [], "no_python": False,
+                       "offset": offset}
+        cur["threads"].append(self.thread)
+
+    def close_thread(self):
+        self.thread = None
+
+    def close_dump(self, truncated: bool = False):
+        cur = self.cur
+        self.cur = None
+        self.thread = None
+        if cur is None:
+            return
+        if cur["damaged"] is not None:
+            self.warn(cur["damaged"], "dump starting at byte %d is damaged (interleaved or garbage "
+                                      "lines); skipped" % cur["offset"])
+            return
+        threads = []
+        for t in cur["threads"]:
+            if not t["frames"] and not t["no_python"]:
+                if cur["fatal"] and len(cur["threads"]) > 0:
+                    continue  # a fatal report may list an empty thread; the rest still counts
+                self.warn(t["offset"], "thread %s has no frames (dump cut short); dump skipped" % t["tid"])
+                return
+            threads.append(Thread(t["tid"] or "", tuple(t["frames"]), name=t["name"],
+                                  current=t["current"], no_python=t["no_python"]))
+        if not threads:
+            if cur["fatal"]:
+                threads = []
+            else:
+                self.warn(cur["offset"], "dump header with no thread block; skipped")
+                return
+        self.samples.append(Sample(threads, t=cur["t"], source=cur["source"], index=len(self.samples),
+                                   offset=cur["offset"], fatal=cur["fatal"]))
+
+    def add_frame(self, text: str, offset: int) -> bool:
+        f = self.frame_cache.get(text)
+        if f is None:
+            m = _FRAME_RE.match(text)
+            if m is None:
+                return False
+            ln = m.group(2)
+            f = frame(m.group(1), int(ln) if ln != "???" else 0, m.group(3))
+            if len(self.frame_cache) < 100_000:
+                self.frame_cache[text] = f
+        if self.thread is None:
+            # a frame line with no thread header: the header was lost (truncation, interleaving)
+            if self.cur is not None:
+                if self.cur["damaged"] is None:
+                    self.cur["damaged"] = offset
+            else:
+                self.warn(offset, "frame line outside any dump; skipped")
+            return True
+        self.thread["frames"].append(f)
+        return True
+
+
+def parse_faulthandler(data: bytes, name: str = "<bytes>") -> ParsedLog:
+    """Parse one faulthandler log (any mix of the three shapes) into a :class:`ParsedLog`.
+
+    ``data``: the file's bytes; ``name``: how warnings name the file. Rank, pid,
+    host and world come from the header line when there is one (else None; the
+    caller may derive the rank from the file name). Never raises on bad input:
+    garbage, interleaved and truncated parts are skipped, each with a warning
+    ``"<name>: byte <offset>: <what>"`` in ``.warnings``.
+    """
+    b = _Builder(name)
+    header = None
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        data = str(data).encode("utf-8", "replace")
+    data = bytes(data)
+    truncated_at = None
+    if data and not data.endswith(b"\n"):
+        truncated_at = data.rfind(b"\n") + 1
+    lines = data.split(b"\n")
+    if data.endswith(b"\n"):
+        lines.pop()
+    offset = 0
+    b.blank_before = False
+    garbage_start = None
+    garbage_n = 0
+    for raw in lines:
+        off = offset
+        offset += len(raw) + 1
+        if truncated_at is not None and off >= truncated_at:
+            # the last line is incomplete: the whole dump it belongs to is unreliable
+            b.warn(off, "file ends mid-line (truncated: the writer died or the copy was cut); "
+                        "the incomplete last dump is skipped")
+            if b.cur is not None:
+                b.cur["damaged"] = None
+                b.cur = None
+                b.thread = None
+            break
+        if raw.endswith(b"\r"):
+            raw = raw[:-1]
+        bad = b"\x00" in raw
+        text = None
+        if not bad:
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                bad = True
+        if bad:
+            if garbage_start is None:
+                garbage_start = off
+            garbage_n += 1
+            if b.cur is not None and b.cur["damaged"] is None:
+                b.cur["damaged"] = off
+            b.blank_before = False
+            continue
+        if garbage_start is not None:
+            b.warn(garbage_start, "%d line(s) of binary garbage skipped" % garbage_n)
+            garbage_start, garbage_n = None, 0
+        # frame lines first: by far the most common
+        if text.startswith("  File "):
+            if not b.add_frame(text, off):
+                _unknown(b, off, text)
+            b.blank_before = False
+            continue
+        if not text:
+            b.blank_before = True
+            b.thread = None if b.cur is None or not b.cur["fatal"] else b.thread
+            continue
+        prev_blank = b.blank_before
+        b.blank_before = False
+        if text.startswith("Thread ") or text.startswith("Current thread "):
+            m = _THREAD_RE.match(text)
+            if m is None:
+                if b.cur is not None and b.cur["fatal"]:
+                    continue
+                _unknown(b, off, text)
+                continue
+            b.blank_before = prev_blank
+            b.open_thread(m.group(2), m.group(1) == "Current thread", m.group(3), off,
+                          b.cur["source"] if b.cur is not None else "signal")
+            b.blank_before = False
+            continue
+        if text == _STACK:
+            if b.cur is not None and b.cur["source"] in ("timeout", "fatal") and not b.cur["threads"]:
+                pass  # "Timeout ...!" or a fatal report followed by a single-thread stack
+            else:
+                b.open_dump("stack", off)
+            b.thread = {"tid": None, "current": True, "name": None, "frames": [], "no_python": False,
+                        "offset": off}
+            b.cur["threads"].append(b.thread)
+            continue
+        if text.startswith("Timeout (") and _TIMEOUT_RE.match(text):
+            b.open_dump("timeout", off)
+            continue
+        if text.startswith("Fatal Python error: "):
+            b.open_dump("fatal", off, fatal=text[len("Fatal Python error: "):].strip() or "fatal error")
+            continue
+        if text == "  <no Python frame>":
+            if b.thread is not None:
+                b.thread["no_python"] = True
+            continue
+        if text.startswith(_SKIP_FRAME_LINES):
+            continue
+        if text.startswith("# "):
+            h = parse_header(text)
+            if h is not None:
+                if header is None:
+                    header = h
+                elif h.get("pid") != header.get("pid"):
+                    b.warn(off, "second header line for another process (pid %s); its dumps are "
+                                "attributed to the first header's rank" % h.get("pid"))
+            else:
+                for tok in text[2:].split():
+                    k, sep, v = tok.partition("=")
+                    if sep and k == "t":
+                        try:
+                            b.pending_t = float(v)
+                        except ValueError:
+                            pass
+            continue
+        if b.cur is not None and b.cur["fatal"] and (text.startswith(_FATAL_NOISE) or prev_blank
+                                                    or not text.startswith(" ")):
+            continue  # tail of a fatal-error report (extension modules list, C stack, ...)
+        _unknown(b, off, text)
+    if garbage_start is not None:
+        b.warn(garbage_start, "%d line(s) of binary garbage skipped" % garbage_n)
+    if b.cur is not None:
+        b.close_dump()
+    log = ParsedLog(name, header=header, samples=b.samples, warnings=b.warnings, kind="faulthandler")
+    if header:
+        log.rank = header.get("rank")
+        log.pid = header.get("pid")
+        log.host = header.get("host")
+        log.world = header.get("world")
+    fatal = [s for s in b.samples if s.fatal]
+    if fatal:
+        log.exit_note = "Fatal Python error: %s" % fatal[-1].fatal
+    elif truncated_at is not None:
+        log.exit_note = ("log ends mid-dump at byte %d: the process likely died while writing it"
+                         % truncated_at)
+    return log
+
+
+def _unknown(b: _Builder, off: int, text: str):
+    """A line that fits no shape: inside a dump it damages that dump, outside it is skipped."""
+    if b.cur is not None:
+        if b.cur["damaged"] is None:
+            b.cur["damaged"] = off
+    else:
+        b.warn(off, "unrecognised line skipped: %r" % text[:80])
