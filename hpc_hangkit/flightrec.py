@@ -1,0 +1,381 @@
+"""Flight Recorder: dump every live rank on a hang, analyse the dumps, write torchfrtrace-ready copies.
+
+Where the data comes from: each armed rank runs the trigger thread of
+``hpc_hangkit/boot/_hangkit_fr.py`` once ``init_process_group`` returned; it
+registers ``$HANGKIT_SCRATCH_DIR/flight_recorder/trigger/rank_<r>.pid<pid>`` and
+writes ``flight_recorder/rank_<r>.json`` + ``.pickle`` when signalled.
+
+- :func:`dump_ranks` (capture): signal every registered live rank, wait, copy
+  the dumps into ``<hd_dir>/flight_recorder/``; a rank that cannot dump gets a
+  ``rank_<i>.json`` holding only ``{"dump_error": "..."}``.
+- :func:`analyse` (roll call): per process group, compare each rank's last
+  entry: a rank ahead in sequence id (an extra collective), different
+  collective types or call sites at one sequence id (SPLIT), the same call
+  site with different sizes or dtypes (SAME_LINE_DIFFERENT_ARGS); always as
+  groups of ranks.
+- :func:`write_torchfrtrace` writes pickles PyTorch's own ``torchfrtrace``
+  reads (gloo's ``pg_config`` keyed by ``''`` and without sub-groups is rebuilt).
+"""
+import ctypes
+import glob
+import json
+import logging
+import os
+import pickle
+import platform
+import signal
+import time
+from typing import Dict, List, Optional
+
+from hpc_hangkit.parse.flightrec import FRDump, FRParseError, parse_flightrec
+from hpc_hangkit.ranges import format_ranks
+
+log = logging.getLogger("hpc_hangkit.flightrec")
+
+FR_DIR = "flight_recorder"
+TRIGGER_DIR = "trigger"
+TORCHFRTRACE_DIR = "torchfrtrace"
+DUMP_TIMEOUT_S = 20.0   # the first dump with stack traces took 1-4 s (FINDINGS)
+
+_SYS_TGKILL = {"x86_64": 234, "aarch64": 131, "ppc64le": 250, "i686": 270}
+
+
+def _tgkill(pid: int, tid: int, sig: int) -> None:
+    """Send ``sig`` to thread ``tid`` of process ``pid`` (Linux tgkill). Raises OSError."""
+    nr = _SYS_TGKILL.get(platform.machine())
+    if nr is None:
+        raise OSError("tgkill: unknown syscall number on %s" % platform.machine())
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.syscall(nr, int(pid), int(tid), int(sig)) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+
+
+def _read_nofollow(path: str, limit: int = 256 << 20) -> bytes:
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    try:
+        chunks, n = [], 0
+        while n < limit:
+            b = os.read(fd, 1 << 20)
+            if not b:
+                break
+            chunks.append(b)
+            n += len(b)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _registrations(scratch: str) -> List[dict]:
+    out = []
+    for p in sorted(glob.glob(os.path.join(scratch, FR_DIR, TRIGGER_DIR, "rank_*.pid*"))):
+        try:
+            kv = dict(x.split("=", 1) for x in _read_nofollow(p, 4096).decode().split() if "=" in x)
+            out.append({"pid": int(kv["pid"]), "tid": int(kv["tid"]), "signal": kv.get("signal", "SIGWINCH"),
+                        "rank": None if kv.get("rank", "x") == "x" else int(kv["rank"]), "path": p})
+        except (OSError, ValueError, KeyError) as e:
+            log.warning("Flight Recorder trigger file %s unreadable: %s", p, e)
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
+def _write_json(path: str, doc: dict) -> str:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(doc, f)
+    return path
+
+
+def dump_ranks(scratch: str, hd_dir: str, ranks=None, timeout_s: float = DUMP_TIMEOUT_S) -> Dict[int, str]:
+    """Dump the Flight Recorder of every live registered rank under ``scratch``.
+
+    ``ranks``: global ranks expected on this node (e.g. from the heartbeats);
+    each one without a registered live trigger gets a ``dump_error`` file.
+    Waits at most ``timeout_s`` seconds in total. Returns ``{rank: path}`` of
+    ``<hd_dir>/flight_recorder/rank_<i>.json`` written (dumps or error files).
+    Never raises for a rank problem.
+    """
+    src_dir = os.path.join(scratch, FR_DIR)
+    dst_dir = os.path.join(hd_dir, FR_DIR)
+    os.makedirs(dst_dir, exist_ok=True)
+    regs = {}
+    for r in _registrations(scratch):
+        if r["rank"] is not None and _alive(r["pid"]):
+            regs[r["rank"]] = r  # a restarted rank re-registers: the live one wins
+    t0 = time.time()
+    pending = {}
+    out: Dict[int, str] = {}
+    for rank, r in sorted(regs.items()):
+        try:
+            _tgkill(r["pid"], r["tid"], int(getattr(signal, r["signal"], signal.SIGWINCH)))
+            pending[rank] = r
+        except OSError as e:
+            out[rank] = _write_json(os.path.join(dst_dir, "rank_%d.json" % rank),
+                                    {"dump_error": "could not signal pid %d thread %d: %s" % (r["pid"], r["tid"], e)})
+    deadline = time.monotonic() + timeout_s
+    while pending and time.monotonic() < deadline:
+        for rank in list(pending):
+            src = os.path.join(src_dir, "rank_%d.json" % rank)
+            try:
+                st = os.lstat(src)
+            except OSError:
+                continue
+            if st.st_mtime + 1 < t0:
+                continue
+            for ext in (".json", ".pickle"):
+                s = os.path.join(src_dir, "rank_%d%s" % (rank, ext))
+                d = os.path.join(dst_dir, "rank_%d%s" % (rank, ext))
+                if os.path.abspath(s) == os.path.abspath(d):
+                    continue
+                try:
+                    data = _read_nofollow(s)
+                except OSError:
+                    continue
+                with open(d, "wb") as f:
+                    f.write(data)
+            out[rank] = os.path.join(dst_dir, "rank_%d.json" % rank)
+            del pending[rank]
+        if pending:
+            time.sleep(0.1)
+    for rank, r in pending.items():
+        out[rank] = _write_json(os.path.join(dst_dir, "rank_%d.json" % rank), {
+            "dump_error": "rank %d (pid %d) wrote no dump within %.0f s: its Python threads cannot run "
+                          "(main thread blocked in C with the GIL held?)" % (rank, r["pid"], timeout_s)})
+    for rank in sorted(set(ranks or ()) - set(out)):
+        out[rank] = _write_json(os.path.join(dst_dir, "rank_%d.json" % rank), {
+            "dump_error": "no live Flight Recorder trigger for rank %d: torch.distributed was not initialised "
+                          "in an armed process, TORCH_FR_BUFFER_SIZE=0, or the process is gone" % rank})
+    return out
+
+
+def capture_hook(ctx) -> None:
+    """Capture step (H3's :mod:`hpc_hangkit.capture`): dump the ranks of ``ctx`` into ``ctx.hd_dir``."""
+    if int(getattr(ctx.settings, "flight_recorder_buffer", 2000) or 0) == 0:
+        return
+    res = dump_ranks(ctx.scratch, ctx.hd_dir, ranks=sorted(ctx.ranks))
+    for rank, path in sorted(res.items()):
+        try:
+            with open(path) as f:
+                doc = json.load(f)
+        except (OSError, ValueError):
+            continue
+        if "dump_error" in doc and "entries" not in doc:
+            ctx.problem("Flight Recorder rank %d: %s" % (rank, doc["dump_error"]))
+
+
+# --- reading and analysis ------------------------------------------------------
+
+def read_dumps(d: str) -> (List[FRDump], List[str]):
+    """Parse every dump under ``d`` (``rank_<i>.json`` preferred over ``.pickle``; other names with a
+    trailing rank number too). Returns (dumps sorted by rank, warnings)."""
+    files = [p for p in sorted(glob.glob(os.path.join(d, "*"))) if os.path.isfile(p) and not os.path.islink(p)]
+    by_rank: Dict[int, FRDump] = {}
+    warns: List[str] = []
+    for p in sorted(files, key=lambda p: (p.endswith(".pickle"), p)):
+        try:
+            dump = parse_flightrec(_read_nofollow(p), os.path.basename(p))
+        except (OSError, FRParseError) as e:
+            warns.append("warning: %s" % e)
+            continue
+        if dump.rank is None:
+            warns.append("warning: %s: no rank number in the file name; skipped" % os.path.basename(p))
+            continue
+        if dump.rank in by_rank and (by_rank[dump.rank].error is None or dump.error is not None):
+            continue
+        by_rank[dump.rank] = dump
+        warns += dump.warnings
+    return [by_rank[r] for r in sorted(by_rank)], warns
+
+
+def _sig(e):
+    return (e.op, e.input_sizes, e.input_dtypes)
+
+
+def _where(e):
+    f = e.user_frame()
+    return (f[0], f[1]) if f else None
+
+
+def analyse(dumps: List[FRDump]) -> dict:
+    """Compare the ranks' last collectives per process group.
+
+    Returns ``{"pgs": [finding...], "verdict", "suspect_ranks", "groups", "errors": {rank: text},
+    "empty": [ranks]}``. A finding: ``{"pg", "desc", "kind", "groups": [{"ranks", "seq", "op",
+    "sizes", "dtypes", "where", "pending"}]}`` with kind in ``args`` (same call site, different
+    sizes/dtypes), ``type`` (different collectives at one sequence id), ``line`` (same collective from
+    different call sites), ``seq`` (some ranks ahead), ``together`` (all at one entry).
+    Verdict priority: SAME_LINE_DIFFERENT_ARGS > SPLIT (type/line) > MISSED (seq, strict minority)
+    / SPLIT (seq, no minority) > TOGETHER.
+    """
+    errors = {d.rank: d.error for d in dumps if d.error}
+    ok = [d for d in dumps if not d.error]
+    empty = [d.rank for d in ok if not d.entries]
+    last: Dict[str, Dict[int, object]] = {}
+    descs: Dict[str, str] = {}
+    for d in ok:
+        for e in d.entries:
+            if e.is_p2p:
+                continue
+            cur = last.setdefault(e.pg, {}).get(d.rank)
+            if cur is None or e.seq >= cur.seq:
+                last[e.pg][d.rank] = e
+            descs.setdefault(e.pg, e.pg_desc)
+    findings = []
+    for pg, per_rank in sorted(last.items(), key=lambda kv: (kv[0].isdigit() and int(kv[0]) or 0, kv[0])):
+        if all(e.retired for e in per_rank.values()) and len({e.seq for e in per_rank.values()}) == 1:
+            continue  # nothing in flight in this group
+        buckets: Dict[tuple, List[int]] = {}
+        for r, e in per_rank.items():
+            buckets.setdefault((e.seq, e.op, _where(e), e.input_sizes, e.input_dtypes), []).append(r)
+        seqs = {k[0] for k in buckets}
+        if len(seqs) > 1:
+            kind = "seq"
+        elif len(buckets) == 1:
+            kind = "together"
+        elif len({k[1] for k in buckets}) > 1:
+            kind = "type"
+        elif len({k[2] for k in buckets}) > 1:
+            kind = "line"
+        else:
+            kind = "args"
+        groups = []
+        for k, rs in sorted(buckets.items(), key=lambda kv: (-kv[0][0], sorted(kv[1]))):
+            e = per_rank[rs[0]]
+            groups.append({"ranks": sorted(rs), "seq": k[0], "op": k[1], "sizes": [list(s) for s in k[3]],
+                           "dtypes": list(k[4]), "where": e.where(), "pending": not e.retired})
+        findings.append({"pg": pg, "desc": descs.get(pg, ""), "kind": kind, "groups": groups})
+    verdict, suspects, chosen = None, [], None
+
+    def minority(f):
+        gs = sorted(f["groups"], key=lambda g: len(g["ranks"]))
+        if len(gs) >= 2 and len(gs[0]["ranks"]) < len(gs[1]["ranks"]):
+            return gs[0]["ranks"]
+        return None
+
+    for kinds, v in ((("args",), "SAME_LINE_DIFFERENT_ARGS"), (("type", "line"), "SPLIT")):
+        fs = [f for f in findings if f["kind"] in kinds]
+        if fs:
+            chosen = min(fs, key=lambda f: sum(len(g["ranks"]) for g in f["groups"]))
+            # SPLIT names groups, not culprits; a different-args minority is the suspect
+            verdict, suspects = v, (minority(chosen) or []) if v != "SPLIT" else []
+            break
+    if verdict is None:
+        fs = [f for f in findings if f["kind"] == "seq"]
+        withmin = [f for f in fs if minority(f)]
+        if withmin:
+            chosen = min(withmin, key=lambda f: len(minority(f)))
+            verdict, suspects = "MISSED", minority(chosen)
+        elif fs:
+            chosen = fs[0]
+            verdict = "SPLIT"
+        elif findings:
+            chosen = findings[0]
+            verdict = "TOGETHER"
+    groups = []
+    for f in findings:
+        role_base = "pg %s%s" % (f["pg"], " (%s)" % f["desc"] if f["desc"] and f["desc"] != "undefined" else "")
+        for g in f["groups"]:
+            role = role_base if f is chosen else role_base + " (downstream)"
+            groups.append({"ranks": g["ranks"], "role": role, "detail": "seq %d %s sizes %s dtypes %s at %s%s" % (
+                g["seq"], g["op"], g["sizes"], ",".join(map(str, g["dtypes"])) or "-", g["where"],
+                "" if g["pending"] else " (completed)")})
+    return {"pgs": findings, "verdict": verdict, "suspect_ranks": sorted(suspects), "groups": groups,
+            "errors": errors, "empty": empty, "chosen": chosen["pg"] if chosen else None}
+
+
+_KIND_TEXT = {"args": "same call site, different sizes/dtypes", "type": "different collectives at one sequence id",
+              "line": "the same collective from different call sites", "seq": "ranks at different sequence ids",
+              "together": "every rank at the same collective"}
+
+
+def section_from_dir(hd_dir: str) -> Optional[dict]:
+    """Roll-call section from ``<hd_dir>/flight_recorder/`` (None if absent or empty).
+
+    The section dict of docs/internals.md plus ``pgs`` (per-group findings of
+    :func:`analyse`). Ranks whose file holds ``dump_error`` are listed with the
+    reason; empty buffers are reported as armed too late (or buffer 0).
+    """
+    d = os.path.join(hd_dir, FR_DIR)
+    if not os.path.isdir(d):
+        return None
+    dumps, warns = read_dumps(d)
+    if not dumps and not warns:
+        return None
+    a = analyse(dumps)
+    text = ["Flight Recorder (%d rank dumps)" % len(dumps)]
+    for f in a["pgs"]:
+        mark = "  <==" if f["pg"] == a["chosen"] else ""
+        text.append("pg %s%s: %s%s" % (f["pg"], " (%s)" % f["desc"] if f["desc"] not in ("", "undefined") else "",
+                                      _KIND_TEXT[f["kind"]], mark))
+        for g in f["groups"]:
+            text.append("  ranks %s: seq %d %s sizes %s dtypes %s at %s%s" % (
+                format_ranks(g["ranks"]), g["seq"], g["op"], g["sizes"], ",".join(map(str, g["dtypes"])) or "-",
+                g["where"], "" if g["pending"] else " (completed)"))
+    for r, err in sorted(a["errors"].items()):
+        text.append("rank %d: no dump: %s" % (r, err))
+    if a["empty"]:
+        text.append("ranks %s: empty Flight Recorder buffer (armed after the process group was created, or "
+                    "TORCH_FR_BUFFER_SIZE=0)" % format_ranks(a["empty"]))
+    summary = "Flight Recorder: %s" % (a["verdict"] or "no collective in flight")
+    if a["suspect_ranks"]:
+        summary += " (ranks %s)" % format_ranks(a["suspect_ranks"])
+    return {"summary": summary, "verdict": a["verdict"],
+            "suspect_ranks": a["suspect_ranks"] if a["verdict"] not in (None, "TOGETHER") else None,
+            "groups": a["groups"], "text": text + warns, "pgs": a["pgs"]}
+
+
+# --- torchfrtrace-compatible copies ---------------------------------------------
+
+def fixed_for_torchfrtrace(dumps: List[FRDump]) -> Dict[int, dict]:
+    """Dump dicts whose ``pg_config`` torchfrtrace accepts: one entry per process group, keyed by its
+    name, with its ranks (default group: every dumped rank; sub-groups: the ranks that recorded
+    entries in them). gloo keys its only entry by ``''`` and leaves sub-groups out."""
+    members: Dict[str, set] = {}
+    descs: Dict[str, str] = {}
+    good = [d for d in dumps if not d.error and d.raw.get("entries") is not None]
+    for d in good:
+        for e in d.entries:
+            members.setdefault(e.pg, set()).add(d.rank)
+            descs.setdefault(e.pg, e.pg_desc)
+    world = sorted(d.rank for d in good)
+    out = {}
+    for d in good:
+        raw = dict(d.raw)
+        cfg = {k: dict(v) for k, v in (raw.get("pg_config") or {}).items() if k != ""}
+        for pg, rs in members.items():
+            ranks = world if descs.get(pg) == "default_pg" else sorted(rs)
+            if pg not in cfg or not cfg[pg].get("ranks") or cfg[pg].get("ranks") == "[]":
+                cfg[pg] = {"name": pg, "desc": descs.get(pg) or pg, "ranks": str(ranks)}
+        raw["pg_config"] = cfg
+        ents = []
+        for e in raw.get("entries") or []:
+            e = dict(e)
+            if isinstance(e.get("process_group"), list):
+                e["process_group"] = tuple(e["process_group"])
+            e.setdefault("frames", [])
+            for k in ("time_discovered_started_ns", "time_discovered_completed_ns"):
+                if e.get(k) == 0:
+                    e[k] = None
+            ents.append(e)
+        raw["entries"] = ents
+        out[d.rank] = raw
+    return out
+
+
+def write_torchfrtrace(dumps: List[FRDump], out_dir: str, prefix: str = "rank_") -> List[str]:
+    """Write ``<out_dir>/<prefix><rank>`` pickles for ``torchfrtrace <out_dir> -p <prefix>``; return paths."""
+    os.makedirs(out_dir, exist_ok=True)
+    paths = []
+    for rank, raw in sorted(fixed_for_torchfrtrace(dumps).items()):
+        p = os.path.join(out_dir, "%s%d" % (prefix, rank))
+        with open(p, "wb") as f:
+            pickle.dump(raw, f)
+        paths.append(p)
+    return paths
