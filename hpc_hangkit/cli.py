@@ -28,6 +28,76 @@ def cli():
 # `hpc-hangkit --help` stays fast)
 
 
+# --- report (owner: hpc_hangkit/rollcall.py + render.py) ----------------------
+@cli.command("report")
+@click.argument("path", type=click.Path(exists=False))
+@click.option("--json", "as_json", is_flag=True, help="Print the roll call as JSON (schema v1, docs/report-schema.md).")
+@click.option("--depth", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Group ranks by the innermost N frames of the call chain (default: the whole chain).")
+@click.option("--tree", is_flag=True, help="Also print the merged call-prefix tree with rank sets on each branch.")
+@click.option("--svg", "svg_path", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="Write the call-prefix tree as an SVG picture to FILE.")
+@click.option("--samples", type=click.IntRange(min=1), default=None, metavar="K",
+              help="How many of each rank's newest samples decide its position (default: stack_samples, 5).")
+@click.option("--world-size", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Number of ranks (default: from the dump headers); ranks with no data are listed as missing.")
+@click.option("--summary-out", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="Also write the node summary of PATH (FILE should end in .summary.json) for a later merge.")
+def report_cmd(path, as_json, depth, tree, svg_path, samples, world_size, summary_out):
+    """Roll call over PATH: which ranks wait where, and which went the other way.
+
+    \b
+    PATH is a directory (searched recursively, symlinks not followed) holding any
+    mix of: watchdog logs (faulthandler dumps), py-spy dumps (text or --json,
+    with or without --native), stdout/stderr files with Python tracebacks,
+    heartbeats/*.hb, unwatched/*.txt markers and *.summary.json node summaries.
+
+    \b
+    Exit status:
+      0  a report was produced (whatever the verdict; it is in the output)
+      2  bad usage: PATH does not exist or holds no dumps at all
+    """
+    import json as _json
+    import os
+
+    from hpc_hangkit import render, rollcall
+
+    if not os.path.exists(path):
+        click.echo("hpc-hangkit report: %s: no such file or directory" % path, err=True)
+        sys.exit(2)
+    if samples is None:
+        try:
+            from hpc_hangkit.config import load_settings
+
+            samples = load_settings().stack_samples
+        except Exception:  # a broken site config must not block a post-mortem
+            samples = 5
+    summary = rollcall.summarize_dir(path, world_size=world_size, samples=samples)
+    if not summary["positions"] and not summary["unwatched"]:
+        click.echo("hpc-hangkit report: no stack dumps, tracebacks, heartbeats or summaries under %s" % path,
+                   err=True)
+        for w in summary["warnings"][:20]:
+            click.echo("  " + w, err=True)
+        sys.exit(2)
+    rep = rollcall.report_from_summary_and_dir(summary, path, depth=depth, world_size=world_size)
+    if summary_out:
+        with open(summary_out, "w") as fh:
+            _json.dump(summary, fh, separators=(",", ":"))
+    if svg_path:
+        with open(svg_path, "w") as fh:
+            fh.write(render.render_svg(rep))
+    if as_json:
+        click.echo(render.render_json(rep), nl=False)
+    else:
+        click.echo(render.render_text(rep), nl=False)
+        if tree:
+            click.echo("")
+            click.echo(render.render_tree(rep), nl=False)
+        if svg_path:
+            click.echo("call-prefix tree picture: %s" % svg_path)
+    sys.exit(0)
+
+
 # --- run (owner: hpc_hangkit/run.py) ------------------------------------------
 @cli.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--mode", type=click.Choice(["observe", "fail"]), default=None,
