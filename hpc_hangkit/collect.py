@@ -51,6 +51,7 @@ __all__ = [
     "job_scratch",
     "attempt_url",
     "copy_tree",
+    "load_site_settings",
     "epilog",
     "finish_local",
     "fetch_from_storage",
@@ -872,10 +873,18 @@ def _summary(man):
 # settings
 
 
-def _load_settings(env=None, overrides=None):
+def load_site_settings(env=None, storage_url=None):
+    """Settings for the collector: site config.toml < ``HANGKIT_*`` < ``storage_url``.
+
+    ``HANGKIT_SCRATCH_DIR`` is ignored: inside a job it names that job's own
+    attempt scratch, while the collector needs the scratch root. Raises
+    :class:`hpc_hangkit.config.ConfigError` for a bad site config.
+    """
     from hpc_hangkit.config import load_settings
 
-    return load_settings(env=env, overrides=overrides)
+    env = dict(os.environ if env is None else env)
+    env.pop(layout.ENV_SCRATCH_DIR, None)
+    return load_settings(env=env, overrides={"storage_url": storage_url} if storage_url else None)
 
 
 def _budget(settings, env, budget_s=None, hard_timeout_s=None):
@@ -923,7 +932,7 @@ def epilog(env=None, *, budget_s=None, hard_timeout_s=None, log=None):
         if user is not None and not re.match(r"^[A-Za-z0-9_.][A-Za-z0-9_.@$-]*$", user):
             user = None
         try:
-            settings = _load_settings(env=env)
+            settings = load_site_settings(env=env)
             scratch_dir, storage_url = settings.scratch_dir, settings.storage_url
             cfg_err = None
         except Exception as e:  # noqa: BLE001 -- a bad site config must not fail the node
@@ -932,7 +941,8 @@ def epilog(env=None, *, budget_s=None, hard_timeout_s=None, log=None):
         deadline = t0 + _budget(settings, env, budget_s, hard_timeout_s)
         path = job_scratch(scratch_dir, key, attempt)
         if not os.path.isdir(path):
-            log("job %s attempt %d: no scratch at %s; nothing to collect" % (key, attempt, path))
+            log("job %s attempt %d: no scratch at %s; nothing to collect%s" % (
+                key, attempt, path, (" (site config error: %s)" % cfg_err) if cfg_err else ""))
             return 0
         home = None
         try:
@@ -1015,7 +1025,7 @@ def finish_local(job_id, *, settings=None, attempt=None, budget_s=120.0, log=Non
     ``copied``, ``failed``, ``reason``...). Raises ValueError for a bad id.
     """
     key = _numeric_id(job_id)
-    settings = settings or _load_settings()
+    settings = settings or load_site_settings()
     out = []
     attempts = [attempt] if attempt is not None else _local_attempts(settings.scratch_dir, key)
     for a in attempts:
@@ -1128,7 +1138,7 @@ def collect_job(job_id, *, attempt=None, settings=None, out_dir=None, live=None,
     import tempfile
 
     asked = parse_job_id(job_id)
-    settings = settings or _load_settings()
+    settings = settings or load_site_settings()
     notes = []
     user = _current_user()
     info = _job_info(asked) if live is None or live else None
@@ -1208,7 +1218,7 @@ def probe(job_id, attempt, *, settings=None, dump_wait_s=2.0, out=None, max_byte
     import base64
 
     key = _numeric_id(job_id)
-    settings = settings or _load_settings()
+    settings = settings or load_site_settings()
     out = out or sys.stdout
     host = socket.gethostname().split(".")[0]
     afd = _open_attempt(settings.scratch_dir, key, attempt, expect_uid=os.geteuid())

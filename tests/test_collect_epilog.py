@@ -1,0 +1,159 @@
+"""The real slurm/epilog script, run the way slurmd runs it: as root, with
+slurmd's environment (no PATH), the site config from HPC_HANGKIT_CONFIG.
+It must always exit 0 inside its time bound (scenario 13) and leave either a
+verified copy in storage or the local files plus a manifest.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from hpc_hangkit import collect, layout
+
+from collect_helpers import (EPILOG, REPO, S3_ENV, Area, epilog_env, faulthandler_dump,
+                             job_user, local_files, need_root, start_moto, write_site_toml)
+
+
+@pytest.fixture
+def area():
+    need_root()
+    a = Area()
+    yield a
+    a.cleanup()
+
+
+def run_epilog(env, timeout=60):
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, EPILOG], env=env, stdin=subprocess.DEVNULL,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout, cwd="/")
+    return p, time.monotonic() - t0
+
+
+def test_epilog_copies_verified_and_cleans_scratch(area):
+    uid, gid, user = job_user()
+    dump = faulthandler_dump(area.base)
+    d = area.make_attempt("301", 0, uid, gid, {"watchdog/rank_0.pid9.log": dump,
+                                              "hang_detector/report.txt": b"r\n"})
+    cfg = write_site_toml(area, "file://" + area.storage)
+    env = epilog_env(301, uid, gid, user, extra={"HPC_HANGKIT_CONFIG": cfg})
+    p, took = run_epilog(env)
+    assert p.returncode == 0, p.stderr
+    assert b"complete" in p.stderr, p.stderr
+    stored = local_files(os.path.join(area.storage, "301", "attempt_0"))
+    assert open(stored["hang_detector/watchdog/rank_0.pid9.log"], "rb").read() == dump
+    assert "collect_hk1.json" in stored
+    assert not os.path.exists(d), "verified copy: the attempt scratch is removed"
+    assert not os.path.exists(os.path.dirname(d))
+
+
+def test_epilog_array_task_writes_alias(area):
+    uid, gid, user = job_user()
+    area.make_attempt("302", 0, uid, gid, {"watchdog/rank_0.pid9.log": b"x\n"})
+    cfg = write_site_toml(area, "file://" + area.storage)
+    env = epilog_env(302, uid, gid, user, extra={"HPC_HANGKIT_CONFIG": cfg,
+                                                 "SLURM_ARRAY_JOB_ID": "300",
+                                                 "SLURM_ARRAY_TASK_ID": "2"})
+    p, _ = run_epilog(env)
+    assert p.returncode == 0, p.stderr
+    assert open(os.path.join(area.storage, "300_2.jobid")).read().strip() == "302"
+    assert collect._read_alias("file://" + area.storage, "300_2", None) == "302"
+
+
+def test_epilog_bad_config_or_env_exits_0_and_keeps_files(area):
+    uid, gid, user = job_user()
+    d = area.make_attempt("303", 0, uid, gid, {"watchdog/rank_0.pid9.log": b"x\n"})
+    bad = os.path.join(area.base, "bad.toml")
+    with open(bad, "w") as f:
+        f.write('storage_url = "s4://nope"\nbogus_key = 1\n')
+    p, _ = run_epilog(epilog_env(303, uid, gid, user, extra={"HPC_HANGKIT_CONFIG": bad}))
+    assert p.returncode == 0
+    assert b"config error" in p.stderr and b"bogus_key" in p.stderr, p.stderr
+    assert os.path.exists(os.path.join(d, "watchdog/rank_0.pid9.log"))
+    # garbage from slurmd's side: still exit 0, nothing touched
+    for extra in ({"SLURM_JOB_ID": "../../etc"}, {"SLURM_JOB_UID": "x"}, {"SLURM_JOB_ID": "", "SLURM_JOBID": ""}):
+        env = epilog_env(303, uid, gid, user, extra=dict(extra, HPC_HANGKIT_CONFIG=bad))
+        p, _ = run_epilog(env)
+        assert p.returncode == 0, extra
+        assert b"error" in p.stderr, (extra, p.stderr)
+    assert os.path.exists(os.path.join(d, "watchdog/rank_0.pid9.log"))
+
+
+@pytest.mark.timeout(60)
+def test_epilog_hard_timeout_when_python_itself_hangs(area, tmp_path):
+    """The collector's interpreter hangs before any of our code runs (a stuck
+    import): the supervisor's hard timeout still ends the epilog with 0."""
+    uid, gid, user = job_user()
+    d = area.make_attempt("304", 0, uid, gid, {"watchdog/rank_0.pid9.log": b"x\n"})
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import time\n"
+        "if b'hpc_hangkit.collect' in open('/proc/self/cmdline', 'rb').read():\n"
+        "    time.sleep(600)\n")
+    cfg = write_site_toml(area, "file://" + area.storage)
+    env = epilog_env(304, uid, gid, user, extra={
+        "HPC_HANGKIT_CONFIG": cfg, "HANGKIT_EPILOG_HARD_TIMEOUT_S": "5",
+        "PYTHONPATH": str(hook)})
+    p, took = run_epilog(env, timeout=30)
+    assert p.returncode == 0
+    assert took < 9, "hard timeout 5 s (+2 s kill grace) overrun: %.1f s" % took
+    assert os.path.exists(os.path.join(d, "watchdog/rank_0.pid9.log"))
+
+
+@pytest.mark.timeout(180)
+def test_scenario13_stalled_s3_epilog_in_budget_then_collect_finishes(area, spawn, port,
+                                                                      monkeypatch):
+    """Scenario 13: storage stalls while dumps are large. The epilog exits 0
+    inside its budget, leaves a local manifest naming the dumps and why they
+    were not copied; a later `hpc-hangkit collect` on the node finishes the
+    copy and prints the roll call."""
+    proc, url = start_moto(spawn, port)
+    env_s3 = dict(S3_ENV, FSSPEC_S3_ENDPOINT_URL=url)
+    for k, v in S3_ENV.items():
+        monkeypatch.setenv(k, v)
+    import fsspec.config
+    import s3fs
+
+    monkeypatch.setitem(fsspec.config.conf, "s3", {"endpoint_url": url})
+
+    s3fs.S3FileSystem(endpoint_url=url, skip_instance_cache=True).mkdir("hk13")
+    uid, gid, user = job_user()
+    big = os.urandom(8 << 20)
+    dump = faulthandler_dump(area.base)
+    files = {"watchdog/rank_0.pid51.log": dump, "watchdog/rank_1.pid52.log": dump,
+             "hang_detector/flight_recorder/rank_0.json": big}
+    d = area.make_attempt("305", 0, uid, gid, files)
+    storage_url = "s3://hk13/dumps"
+    cfg = write_site_toml(area, storage_url)
+    env = epilog_env(305, uid, gid, user, extra=dict(env_s3, HPC_HANGKIT_CONFIG=cfg,
+                                                     HANGKIT_EPILOG_HARD_TIMEOUT_S="9"))
+    os.kill(proc.pid, signal.SIGSTOP)
+    try:
+        p, took = run_epilog(env, timeout=60)
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+    assert p.returncode == 0, p.stderr
+    budget = 9 - 3
+    assert took < budget + 1.5, "epilog overran its %d s budget: %.1f s" % (budget, took)
+    man = json.load(open(os.path.join(d, collect.MANIFEST_NAME)))
+    assert man["status"] == "timeout", man
+    assert "did not finish within the budget" in man["reason"]
+    assert {f["path"] for f in man["files"] if f["state"] != "copied"} == set(files)
+    assert local_files(d).keys() >= set(files)
+
+    # later, on the node: `hpc-hangkit collect 305` finishes the copy, reads storage
+    cenv = dict(os.environ, HPC_HANGKIT_CONFIG=cfg, **env_s3)
+    c = subprocess.run([sys.executable, "-m", "hpc_hangkit", "collect", "305", "--stored",
+                        "--json"], env=cenv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       timeout=120, cwd=REPO)
+    assert b"local scratch attempt_0: complete" in c.stderr, c.stderr
+    assert not os.path.exists(d)
+    got, n = collect.fetch_from_storage(storage_url, "305", 0, os.path.join(area.base, "got"))
+    assert open(os.path.join(got, "flight_recorder", "rank_0.json"), "rb").read() == big
+    assert c.returncode == 0, c.stderr
+    rep = json.loads(c.stdout)
+    assert "verdict" in rep
