@@ -145,12 +145,10 @@ def _decode(files: Mapping[str, dict]) -> Dict[str, dict]:
 
 
 def probe_main(scratch: str, out=None) -> int:
-    """``hpc-hangkit slurm-probe``: print one JSON line with this node's rank files
+    """``hpc-hangkit slurm-probe``: print (framed, :func:`emit_doc`) this node's rank files
     (tails), for the batch-step monitor. Runs inside the job as its user."""
     out = out or sys.stdout
-    doc = {"host": socket.gethostname(), "files": _encode(rank_files(scratch))}
-    out.write(json.dumps(doc, separators=(",", ":")) + "\n")
-    out.flush()
+    emit_doc({"host": socket.gethostname(), "files": _encode(rank_files(scratch))}, out)
     return 0
 
 
@@ -179,33 +177,65 @@ def _captured_files(hd_dir: str) -> Dict[str, dict]:
 
 def capture_main(settings, scratch: str, out=None) -> int:
     """``hpc-hangkit slurm-capture``: capture this node's live ranks into
-    ``<scratch>/hang_detector/`` (the epilog collects it) and print one JSON line
-    with the captured files, for the batch-step monitor's roll call."""
+    ``<scratch>/hang_detector/`` (the epilog collects it) and print (framed) the captured files, for the batch-step monitor's roll call."""
     from hpc_hangkit.capture import CaptureContext, capture, discover_ranks
     out = out or sys.stdout
     hd = os.path.join(scratch, layout.HANG_DETECTOR_DIR)
     ctx = CaptureContext(settings, scratch, hd, discover_ranks(scratch))
     res = capture(ctx)
-    doc = {"host": socket.gethostname(), "problems": res.problems,
-           "seconds": round(res.seconds, 3), "files": _encode(_captured_files(hd))}
-    out.write(json.dumps(doc, separators=(",", ":")) + "\n")
-    out.flush()
+    emit_doc({"host": socket.gethostname(), "problems": res.problems,
+              "seconds": round(res.seconds, 3), "files": _encode(_captured_files(hd))}, out)
     return 0
 
 
-def parse_srun_json_lines(text: str) -> List[dict]:
-    """JSON documents from ``srun -l`` output (``<task>: {...}`` lines); other lines ignored."""
-    docs = []
+#: line prefix of a framed document (see :func:`emit_doc`)
+DOC_TAG = "hpc-hangkit-doc"
+#: characters of payload per framed line: srun splits longer output lines
+DOC_CHUNK = 400
+
+
+def emit_doc(doc: dict, out) -> None:
+    """Write ``doc`` as short framed lines ``hpc-hangkit-doc <id> <i>/<n> <chunk>``
+    (JSON, zlib, base64), because ``srun`` cuts long output lines into pieces."""
+    import zlib
+    data = base64.b64encode(zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 6)).decode()
+    did = "%s.%d" % (socket.gethostname(), os.getpid())
+    n = max(1, (len(data) + DOC_CHUNK - 1) // DOC_CHUNK)
+    for i in range(n):
+        out.write("%s %s %d/%d %s\n" % (DOC_TAG, did, i + 1, n, data[i * DOC_CHUNK:(i + 1) * DOC_CHUNK]))
+    out.flush()
+
+
+def parse_docs(text: str) -> List[dict]:
+    """The documents framed by :func:`emit_doc` in ``srun`` output (with or without
+    ``-l`` labels, lines of several nodes interleaved). Incomplete or corrupt
+    documents are skipped with a warning."""
+    import zlib
+    parts: Dict[str, Dict[int, str]] = {}
+    total: Dict[str, int] = {}
     for line in text.splitlines():
-        head, sep, rest = line.partition(": ")
-        body = rest if sep and head.strip().isdigit() else line
-        body = body.strip()
-        if not body.startswith("{"):
+        i = line.find(DOC_TAG + " ")
+        if i < 0:
+            continue
+        f = line[i:].split()
+        if len(f) != 4 or "/" not in f[2]:
+            continue
+        k, n = f[2].split("/", 1)
+        if not (k.isdigit() and n.isdigit()):
+            continue
+        parts.setdefault(f[1], {})[int(k)] = f[3]
+        total[f[1]] = int(n)
+    docs = []
+    for did, got in parts.items():
+        n = total[did]
+        if len(got) != n:
+            log.warning("incomplete answer from %s (%d of %d lines)", did, len(got), n)
             continue
         try:
-            docs.append(json.loads(body))
-        except ValueError:
-            continue
+            raw = zlib.decompress(base64.b64decode("".join(got[i] for i in range(1, n + 1))))
+            docs.append(json.loads(raw.decode("utf-8")))
+        except (ValueError, KeyError, zlib.error) as e:
+            log.warning("corrupt answer from %s: %s", did, e)
     return docs
 
 
@@ -279,6 +309,9 @@ class SlurmStackSource:
         self.stats = stats
         self.inner = StackSource(view.path, samples=samples, world_size=world_size)
         self.probes = 0
+        #: seconds between probes; the monitor raises it after a confirmation
+        self.min_probe_interval_s = 0.0
+        self._last_probe = None
         self._last_stats: Dict[str, object] = {}
 
     def rollcall(self, det=None):
@@ -306,9 +339,11 @@ class SlurmStackSource:
         ans = self.inner.poll(now)
         stalled_or_quiet = ans.get(self.key) is None or ans[self.key][0] \
             or not ans[self.key][1].progressed
-        if self.other_nodes and self.probe is not None and stalled_or_quiet:
+        due = self._last_probe is None or now - self._last_probe >= self.min_probe_interval_s
+        if self.other_nodes and self.probe is not None and stalled_or_quiet and due:
             files = self.probe(self.other_nodes)
             self.probes += 1
+            self._last_probe = now
             if files:
                 self.view.apply(files)
                 ans = self.inner.poll(now)   # remote progress, or the roll call over all ranks
@@ -316,10 +351,7 @@ class SlurmStackSource:
         if got is not None and got[0]:
             steps = self._step_evidence()
             if steps is not None:
-                try:
-                    got[1].steps = steps
-                except AttributeError:
-                    pass
+                got[1].steps = steps
                 if not any(k.split(".")[-1] not in ("batch", "extern") for k in steps
                            if k != "error") and "error" not in steps:
                     # no user step is running: nothing to be hung
@@ -339,7 +371,7 @@ def srun_probe(job_id: str, scratch: str, bin_argv: List[str]):
             log.warning("probe of %s failed: %s", ",".join(nodes), e)
             return {}
         files: Dict[str, dict] = {}
-        docs = parse_srun_json_lines(p.stdout.decode("utf-8", "replace"))
+        docs = parse_docs(p.stdout.decode("utf-8", "replace"))
         for d in docs:
             files.update(_decode(d.get("files", {})))
         if len(docs) < len(nodes):
@@ -461,19 +493,6 @@ def save_state(url: str, state: dict) -> None:
 
 # --------------------------------------------------------------------------- the monitor
 
-def _write_report(hd_dir: str, settings, world_size: Optional[int]):
-    from hpc_hangkit.render import render_json, render_text
-    from hpc_hangkit.rollcall import report_from_dir
-    rep = report_from_dir(hd_dir, world_size=world_size,
-                          samples=getattr(settings, "stack_samples", 5))
-    text = render_text(rep)
-    with open(os.path.join(hd_dir, layout.REPORT_TXT), "w") as f:
-        f.write(text if text.endswith("\n") else text + "\n")
-    with open(os.path.join(hd_dir, layout.REPORT_JSON), "w") as f:
-        f.write(render_json(rep))
-    return rep, text
-
-
 class BatchMonitor:
     """One job's monitor: sources, detector, capture fan-out, report, requeue.
 
@@ -498,6 +517,7 @@ class BatchMonitor:
         self.world_size = int(ws) if ws.isdigit() else None
         self.done = threading.Event()
         self.view_dir = None
+        self.srcs: List[object] = []
 
     def storage_report_path(self) -> Optional[str]:
         base = getattr(self.settings, "storage_url", None)
@@ -520,7 +540,7 @@ class BatchMonitor:
             except slurm.SlurmError as e:
                 log.warning("capture on %s failed: %s", ",".join(self.others), e)
                 return
-            docs = parse_srun_json_lines(p.stdout.decode("utf-8", "replace"))
+            docs = parse_docs(p.stdout.decode("utf-8", "replace"))
             for d in docs:
                 remote.update(_decode(d.get("files", {})))
                 for pr in d.get("problems", []):
@@ -545,9 +565,13 @@ class BatchMonitor:
             if not os.path.exists(dst):
                 with open(dst, "wb") as fh:
                     fh.write(f["data"])
-        return _write_report(self.hd_dir, self.settings, self.world_size)
+        from hpc_hangkit.monitor import write_report
+        return write_report(self.hd_dir, self.settings, self.world_size)
 
     def on_confirmed(self, ev, monitor=None):
+        for src in self.srcs:
+            if isinstance(src, SlurmStackSource):   # watch for recovery, but probe less often
+                src.min_probe_interval_s = float(self.settings.report_every_s)
         rep, text = self.capture_all()
         local = os.path.join(self.hd_dir, layout.REPORT_TXT)
         where = "%s on node %s" % (local, self.host)
@@ -631,7 +655,8 @@ class BatchMonitor:
         det = Detector(s.poll_interval_s, s.confirm_duration_s, s.suspect_after_s, s.report_every_s)
         parent = os.getppid()
         try:
-            mon = Monitor(det, self.sources(), hd_dir=self.hd_dir,
+            self.srcs = self.sources()
+            mon = Monitor(det, self.srcs, hd_dir=self.hd_dir,
                           on_confirmed=lambda ev: self.on_confirmed(ev))
             log.info("hpc-hangkit monitor for job %s attempt %d on %s (nodes %s), mode %s, poll "
                      "%.0f s, confirm after %.0f s", self.job_id, self.attempt, self.host,
