@@ -14,9 +14,9 @@ Three entry points:
 - :func:`finish_local` -- the same copy, run later (``hpc-hangkit collect`` on
   the node, as the user or root) to finish what a failed epilog left.
 - :func:`collect_job` -- ``hpc-hangkit collect JOBID``: a running job is
-  gathered live from every node (on-demand dumps through ``srun --overlap``
-  probes, see :func:`probe`); a finished job is read from storage; both end in
-  a roll call (:func:`hpc_hangkit.rollcall.report_from_dir`).
+  gathered live from every node (``srun --overlap`` running
+  ``hpc-hangkit slurm-capture``: on-demand dumps, py-spy...); a finished job
+  is read from storage; both end in a roll call (:func:`hpc_hangkit.rollcall.report_from_dir`).
 
 Security model (the epilog runs as root on a directory the user controls):
 the root parent never opens anything under the job scratch. It forks a child
@@ -56,7 +56,6 @@ __all__ = [
     "finish_local",
     "fetch_from_storage",
     "collect_job",
-    "probe",
     "main",
 ]
 
@@ -1118,15 +1117,17 @@ class Collected:
 
 
 def collect_job(job_id, *, attempt=None, settings=None, out_dir=None, live=None,
-                dump_wait_s=2.0, timeout_s=120.0):
+                timeout_s=120.0):
     """Gather a job's dumps and build its roll call.
 
     - Finishes any partial local copy on this node first (:func:`finish_local`).
-    - If the job is running (``live`` None: ask Slurm; True/False: force), runs
-      a probe on every node of the job through ``srun --overlap`` that sends
-      an on-demand dump to each rank of the current attempt, waits
-      ``dump_wait_s`` and streams the node's scratch back; the trees are
-      merged under ``out_dir/hang_detector``.
+    - If the job is running (``live`` None: ask Slurm; True: insist; False:
+      storage only), runs ``hpc-hangkit slurm-capture`` on every node of the
+      job in one ``srun --overlap`` step (on-demand dump of each rank of the
+      current attempt, py-spy, Flight Recorder, nvidia-smi, copy of the rank
+      files; it also lands in the node scratch, so the epilog stores it); the
+      answers are merged under ``out_dir/hang_detector`` (``timeout_s``
+      bounds the step).
     - Otherwise downloads ``<storage>/<job>/attempt_<n>/hang_detector`` (the
       newest attempt unless ``attempt`` is given).
 
@@ -1162,7 +1163,7 @@ def collect_job(job_id, *, attempt=None, settings=None, out_dir=None, live=None,
             (" (%s)" % res["reason"]) if res.get("reason") else ""))
     out_dir = out_dir or tempfile.mkdtemp(prefix="hangkit-collect-")
     if info is not None and info["running"] and attempt in (None, info["attempt"]):
-        hd_dir, n, more = _gather_live(key, info, out_dir, dump_wait_s, timeout_s)
+        hd_dir, n, more = _gather_live(key, info, settings, out_dir, timeout_s)
         notes.extend(more)
         source = "live from %d node(s) (%d files)" % (len(info["nodes"]), n)
         used_attempt = info["attempt"]
@@ -1199,130 +1200,44 @@ def _current_user():
 
 
 # --------------------------------------------------------------------------
-# live gather: node-side probe (runs as the user inside the job via srun --overlap)
-
-_PROBE_TAG = "HKPROBE "
-_PROBE_PIECE = 600          # raw bytes per output line (base64 ~800 chars: below srun's line buffers)
+# live gather: `hpc-hangkit slurm-capture` on every node (hpc_hangkit.batch)
 
 
-def probe(job_id, attempt, *, settings=None, dump_wait_s=2.0, out=None, max_bytes=256 << 20):
-    """Node side of a live ``collect``: on-demand dumps, then stream the scratch.
+def _write_docs(text, hd_root, host_order=None):
+    """Write the files of framed ``slurm-capture`` answers (srun output) under
+    hd_root. Names are checked (no ``..``/absolute parts); a name two nodes
+    both sent is kept from each (``<stem>.<host>.<ext>``). Returns (files, notes,
+    hosts that answered)."""
+    from hpc_hangkit import batch
 
-    Sends the watchdog signal (from each heartbeat record) to every rank of
-    this node's ``<scratch_dir>/<job>/attempt_<n>`` (only pids whose heartbeat
-    names this host), waits ``dump_wait_s`` seconds, then writes each regular
-    file (no symlinks) to ``out`` (default stdout) as lines
-    ``HKPROBE {"f": rel, "i": piece, "d": base64}`` and a final
-    ``HKPROBE {"end": host, "files": n}``. Returns the number of files sent.
-    """
-    import base64
-
-    key = _numeric_id(job_id)
-    settings = settings or load_site_settings()
-    out = out or sys.stdout
-    host = socket.gethostname().split(".")[0]
-    afd = _open_attempt(settings.scratch_dir, key, attempt, expect_uid=os.geteuid())
-    try:
-        tree = _Tree(afd)
-        sent_dump = _request_dumps(tree, host)
-        if sent_dump:
-            time.sleep(dump_wait_s)
-        files, skipped = tree.scan()
-        n, total = 0, 0
-        for rel, _ in files:
-            if rel.endswith(".tmp"):
-                continue
+    notes, hosts, n = [], [], 0
+    seen = set()
+    for doc in batch.parse_docs(text):
+        host = _safe_host(str(doc.get("host") or "unknown").split(".")[0])
+        hosts.append(host)
+        for pr in doc.get("problems") or []:
+            notes.append("node %s: %s" % (host, pr))
+        for rel, f in sorted(batch._decode(doc.get("files") or {}).items()):
             try:
-                fd, st = tree.open_regular(rel)
-            except OSError:
+                parts = _safe_rel(rel)
+            except ValueError:
+                notes.append("node %s sent an unsafe name %r; ignored" % (host, rel))
                 continue
-            try:
-                data = _read_all(fd, max_bytes - total)
-            except OSError:
+            if parts[0] == HANG_DETECTOR:
+                parts = parts[1:]
+            if not parts:
                 continue
-            finally:
-                os.close(fd)
-            total += len(data)
-            for i in range(0, max(len(data), 1), _PROBE_PIECE):
-                piece = base64.b64encode(data[i:i + _PROBE_PIECE]).decode()
-                out.write(_PROBE_TAG + json.dumps({"f": _dest_rel(rel), "i": i, "d": piece},
-                                                  separators=(",", ":")) + "\n")
+            rel = "/".join(parts)
+            if rel in seen:
+                rel = _alt_name(rel, host)
+                parts = rel.split("/")
+            seen.add(rel)
+            path = os.path.join(hd_root, *parts)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "wb") as fh:
+                fh.write(f["data"])
             n += 1
-        out.write(_PROBE_TAG + json.dumps({"end": host, "files": n, "dumps": sent_dump,
-                                           "skipped": [r for r, _ in skipped][:50]}) + "\n")
-        out.flush()
-        return n
-    finally:
-        os.close(afd)
-
-
-def _request_dumps(tree, host):
-    """Signal each rank of this host named by a heartbeat file; returns how many."""
-    try:
-        from hpc_hangkit.parse.heartbeat import read_heartbeat
-        from hpc_hangkit.watchdog import request_dump
-    except ImportError:
-        return 0
-    files, _ = tree.scan()
-    sent = 0
-    for rel, _ in files:
-        if not rel.startswith("heartbeats/") or not rel.endswith(".hb"):
-            continue
-        try:
-            fd, st = tree.open_regular(rel)
-        except OSError:
-            continue
-        os.close(fd)
-        # read_heartbeat takes a path; the tree is ours (probe runs as the user)
-        hb = read_heartbeat(_proc_fd_path(tree.root_fd, rel))
-        if hb is None or (hb.host and hb.host.split(".")[0] != host):
-            continue
-        try:
-            request_dump(hb.pid, hb.signal)
-            sent += 1
-        except (OSError, ValueError):
-            continue
-    return sent
-
-
-def _proc_fd_path(root_fd, rel):
-    return "/proc/self/fd/%d/%s" % (root_fd, rel)
-
-
-def _parse_probe_output(text, hd_root):
-    """Write the files in probe output lines under hd_root; returns (files, ends)."""
-    import base64
-
-    pieces, ends = {}, []
-    for line in text.splitlines():
-        i = line.find(_PROBE_TAG)
-        if i < 0:
-            continue
-        try:
-            rec = json.loads(line[i + len(_PROBE_TAG):])
-        except ValueError:
-            continue
-        if "end" in rec:
-            ends.append(rec)
-            continue
-        try:
-            parts = _safe_rel(rec["f"])
-            data = base64.b64decode(rec["d"])
-            off = int(rec["i"])
-        except (KeyError, ValueError, TypeError):
-            continue
-        pieces.setdefault(tuple(parts), {})[off] = data
-    n = 0
-    for parts, chunks in pieces.items():
-        if parts[0] != HANG_DETECTOR:
-            continue
-        path = os.path.join(hd_root, *parts[1:])
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "wb") as f:
-            for off in sorted(chunks):
-                f.write(chunks[off])
-        n += 1
-    return n, ends
+    return n, notes, hosts
 
 
 def _job_info(job_id):
@@ -1340,40 +1255,36 @@ def _job_info(job_id):
             "jobid": str(info.job_id)}
 
 
-def _gather_live(key, info, out_dir, dump_wait_s, timeout_s):
+def _gather_live(key, info, settings, out_dir, timeout_s):
+    """Run ``hpc-hangkit slurm-capture`` (on-demand dump of every rank, py-spy,
+    Flight Recorder, nvidia-smi, copy of the rank files) on every node of the
+    running job through one ``srun --overlap`` step; merge the answers."""
     from hpc_hangkit import slurm
 
     hd_root = os.path.join(out_dir, HANG_DETECTOR)
     os.makedirs(hd_root, exist_ok=True)
-    argv = [sys.executable, "-m", "hpc_hangkit.collect", "probe", key,
-            "--attempt", str(info["attempt"]), "--dump-wait-s", str(dump_wait_s)]
+    scratch = job_scratch(settings.scratch_dir, key, info["attempt"])
+    argv = [sys.executable, "-m", "hpc_hangkit", "slurm-capture", "--scratch", scratch]
     p = slurm.srun_overlap(key, info["nodes"], argv, timeout=timeout_s)
-    n, ends = _parse_probe_output(p.stdout.decode("utf-8", "replace"), hd_root)
-    notes = []
-    seen = {e.get("end") for e in ends}
-    missing = [h for h in info["nodes"] if h not in seen]
+    n, notes, hosts = _write_docs(p.stdout.decode("utf-8", "replace"), hd_root)
+    missing = [h for h in info["nodes"] if h.split(".")[0] not in hosts]
     if missing:
         err = p.stderr.decode("utf-8", "replace").strip().splitlines()[-3:]
         notes.append("no answer from node(s) %s (srun exit %d%s)" % (
             ",".join(missing), p.returncode, (": " + " | ".join(err)) if err else ""))
-    for e in ends:
-        if e.get("error"):
-            notes.append("node %s: %s" % (e.get("end"), e["error"]))
-    notes.append("on-demand dumps requested from %d rank(s)" % sum(
-        int(e.get("dumps") or 0) for e in ends))
     if not n:
         raise FileNotFoundError("live gather of job %s returned no files (%s)" % (
-            key, "; ".join(notes)))
+            key, "; ".join(notes) or "no node answered"))
     return hd_root, n, notes
 
 
 # --------------------------------------------------------------------------
-# `python -m hpc_hangkit.collect` (epilog and probe entry points; no click)
+# `python -m hpc_hangkit.collect epilog` (no click: the epilog imports little)
 
 
 def main(argv=None):
-    """``python -m hpc_hangkit.collect epilog [--budget-s S] [--hard-timeout-s S]``
-    (always exits 0) and ``... probe JOBID --attempt N [--dump-wait-s S]``."""
+    """``python -m hpc_hangkit.collect epilog [--budget-s S] [--hard-timeout-s S]``:
+    the epilog body (run by slurm/epilog as root). Always returns 0."""
     import argparse
 
     ap = argparse.ArgumentParser(prog="python -m hpc_hangkit.collect")
@@ -1381,29 +1292,12 @@ def main(argv=None):
     ep = sub.add_parser("epilog", help="collect this node's scratch (run by slurm/epilog as root)")
     ep.add_argument("--budget-s", type=float, default=None)
     ep.add_argument("--hard-timeout-s", type=float, default=None)
-    pp = sub.add_parser("probe", help="node side of a live collect (runs inside the job)")
-    pp.add_argument("job_id")
-    pp.add_argument("--attempt", type=int, default=0)
-    pp.add_argument("--dump-wait-s", type=float, default=2.0)
-    if argv is None:
-        argv = sys.argv[1:]
-    if argv[:1] == ["epilog"]:
-        try:
-            args = ap.parse_args(argv)
-        except SystemExit:
-            args = argparse.Namespace(budget_s=None, hard_timeout_s=None)
-        return epilog(budget_s=args.budget_s, hard_timeout_s=args.hard_timeout_s)
-    args = ap.parse_args(argv)
-    if args.cmd == "probe":
-        try:
-            probe(args.job_id, args.attempt, dump_wait_s=args.dump_wait_s)
-        except (OSError, ValueError) as e:
-            print(_PROBE_TAG + json.dumps({"end": socket.gethostname().split(".")[0], "files": 0,
-                                           "error": str(e)}), flush=True)
-            return 1
-        return 0
-    ap.print_help()
-    return 2
+    try:
+        args = ap.parse_args(sys.argv[1:] if argv is None else argv)
+    except SystemExit:
+        args = argparse.Namespace(cmd="epilog", budget_s=None, hard_timeout_s=None)
+    return epilog(budget_s=getattr(args, "budget_s", None),
+                  hard_timeout_s=getattr(args, "hard_timeout_s", None))
 
 
 if __name__ == "__main__":

@@ -221,3 +221,51 @@ def test_copy_tree_skips_device_files_without_opening(area):
     why = {f["path"]: f["why"] for f in man["files"]}
     assert "character device" in why["null"]
     assert man["status"] == "complete"
+
+
+@pytest.mark.parametrize("good,canon", [("123", "123"), (" 123_4 ", "123_4"), ("9", "9")])
+def test_job_ids_accepted(good, canon):
+    assert collect.parse_job_id(good) == canon
+
+
+@pytest.mark.parametrize("bad", ["", "../1", "1/2", "123_[1-3]", "123+0", "-1", "1 2", "12.0",
+                                 "abc", "123_", "_4", "1\n2", "0x1f"])
+def test_malformed_job_ids_rejected(bad):
+    with pytest.raises(ValueError):
+        collect.parse_job_id(bad)
+
+
+def test_scratch_and_storage_paths_use_the_numeric_id():
+    assert collect.job_scratch("/s", "42", 1) == "/s/job_42/attempt_1"
+    assert collect.attempt_url("s3://b/p/", "42", 0) == "s3://b/p/42/attempt_0"
+    assert collect.attempt_url("file:///st/{user}", "42", 2, user="ann") == \
+        "file:///st/ann/42/attempt_2"
+    with pytest.raises(ValueError):
+        collect.job_scratch("/s", "42_1", 0)      # array form must be resolved first
+    with pytest.raises(ValueError):
+        collect.attempt_url("file:///st/{user}", "42", 0, user="../root")
+
+
+def test_cli_rejects_malformed_id_with_exit_2(tmp_path):
+    import subprocess
+    import sys
+
+    for bad in ("../../etc", "12;rm"):
+        p = subprocess.run([sys.executable, "-m", "hpc_hangkit", "collect", bad],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60,
+                           env=dict(os.environ, HPC_HANGKIT_CONFIG=os.devnull))
+        assert p.returncode == 2, p.stderr
+        assert b"invalid Slurm job id" in p.stderr
+
+
+def test_cli_finished_job_with_nothing_stored_says_so(tmp_path):
+    import subprocess
+    import sys
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('scratch_dir = "%s"\nstorage_url = "file://%s"\n' % (tmp_path, tmp_path / "st"))
+    p = subprocess.run([sys.executable, "-m", "hpc_hangkit", "collect", "999", "--stored"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60,
+                       env=dict(os.environ, HPC_HANGKIT_CONFIG=str(cfg)))
+    assert p.returncode == 1
+    assert b"nothing stored for job 999" in p.stderr
