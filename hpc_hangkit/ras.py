@@ -34,7 +34,7 @@ import socket
 import subprocess
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from hpc_hangkit.parse.ncclras import (OPS, RUNNING, RasParseError, RasPoll,
                                         parse_ncclras_json)
@@ -47,6 +47,7 @@ DEFAULT_PORT = 28028
 HISTORY_MARGIN_POLLS = 10
 RAS_SUBDIR = "nccl_ras"
 REPORT_NAME = "ncclras_report.txt"
+_ACTIVE: list = []  # the newest RasSource of this process (for capture_hook)
 
 
 class RasUnavailable(RuntimeError):
@@ -216,6 +217,25 @@ class CommState:
     ops: List[str] = field(default_factory=list)
     counts: Dict[str, Dict[int, List[int]]] = field(default_factory=dict)
     not_running: Dict[int, str] = field(default_factory=dict)
+    report_fn: Optional[Callable[[], str]] = field(default=None, repr=False, compare=False)
+
+    @property
+    def text(self) -> str:
+        """The ``ncclras -f text`` report of this poll (fetched on first use), else :meth:`describe`."""
+        if self.report_fn is not None:
+            return self.report_fn()
+        return self.describe()
+
+    def __str__(self) -> str:
+        return "RAS %s: %s" % (self.key, self.describe())
+
+    def to_json(self) -> dict:
+        """JSON form for events.jsonl (no report text)."""
+        return {"key": self.key, "size": self.size, "stalled": self.stalled, "eligible": self.eligible,
+                "disagree": self.disagree, "progressed": self.progressed, "frozen_equal": self.frozen_equal,
+                "behind_ranks": self.behind_ranks, "ops": self.ops,
+                "counts": {op: {str(c): rs for c, rs in by.items()} for op, by in self.counts.items()},
+                "not_running": {str(r): st for r, st in self.not_running.items()}}
 
     def describe(self) -> str:
         """One line for logs: which ops differ, which ranks are behind, or why it is skipped."""
@@ -283,33 +303,38 @@ def _safe_ts(ts: str) -> str:
 class RasSource:
     """Pluggable monitor source: ``poll(now) -> {comm_key: (stalled, detail)}``.
 
-    ``client``: a :class:`RasClient`; ``confirm_polls``: the detector's confirm
-    window in polls (history keeps ``confirm_polls + HISTORY_MARGIN_POLLS``
-    polls); ``out_dir``: the ``hang_detector`` directory; when given, every
-    poll's raw JSON is written there as ``nccl_ras/ncclras_<timestamp>.json``
-    and files older than the kept history are removed. ``detail`` is the
-    :class:`CommState`. A failed poll returns ``{}`` (no answer: the detector
-    neither advances nor resets); a disabled source returns ``{}`` forever and
-    logs its one warning.
+    ``settings``: :class:`~hpc_hangkit.config.Settings` (client settings, and
+    ``confirm_polls`` for the history length: ``confirm_polls +
+    HISTORY_MARGIN_POLLS`` polls are kept); ``out_dir``: the ``hang_detector``
+    directory; when given, every poll's raw JSON is written there as
+    ``nccl_ras/ncclras_<timestamp>.json`` and files older than the kept history
+    are removed (without it the history stays in memory until
+    :meth:`write_report` / the capture hook writes it). ``env``/``prefix``: see
+    :class:`RasClient`; ``client``: a ready :class:`RasClient` (tests).
+
+    ``detail`` is the :class:`CommState`; its ``text`` is the ``-f text``
+    report (fetched at most once per poll, only when someone reads it: the
+    monitor's still-suspected log). A failed poll returns ``{}`` (no answer: the
+    detector neither advances nor resets); a disabled source returns ``{}``
+    forever and logs its one warning. The newest source of the process is the
+    one :func:`capture_hook` writes out.
     """
 
     name = "nccl_ras"
 
-    def __init__(self, client: RasClient, confirm_polls: int, out_dir: Optional[str] = None):
-        self.client = client
-        self.keep = max(1, int(confirm_polls)) + HISTORY_MARGIN_POLLS
+    def __init__(self, settings, out_dir: Optional[str] = None, env=None, prefix: Sequence[str] = (),
+                 client: Optional[RasClient] = None):
+        polls = getattr(settings, "confirm_polls", None) or int(
+            math.ceil(float(settings.confirm_duration_s) / float(settings.poll_interval_s)))
+        self.client = client or RasClient(settings, env=env, prefix=prefix)
+        self.keep = max(1, int(polls)) + HISTORY_MARGIN_POLLS
         self.history: deque = deque(maxlen=self.keep)
         self.files: deque = deque()
         self.out_dir = out_dir
         self.prev: Optional[RasPoll] = None
         self.last: Dict[str, CommState] = {}
-
-    @classmethod
-    def from_settings(cls, settings, out_dir=None, env=None, prefix=()):
-        """Build from :class:`~hpc_hangkit.config.Settings` (confirm window from ``settings.confirm_polls``)."""
-        polls = getattr(settings, "confirm_polls", None) or int(
-            math.ceil(settings.confirm_duration_s / settings.poll_interval_s))
-        return cls(RasClient(settings, env=env, prefix=prefix), polls, out_dir)
+        self._text_cache: Optional[Tuple[int, str]] = None
+        _ACTIVE[:] = [self]
 
     @property
     def disabled(self) -> Optional[str]:
@@ -331,7 +356,15 @@ class RasSource:
         states = assess(self.prev, cur)
         self.prev = cur
         self.last = states
+        n = len(self.history) + id(cur)
+        for st in states.values():
+            st.report_fn = lambda n=n: self._text(n)
         return {k: (s.stalled, s) for k, s in states.items()}
+
+    def _text(self, n: int) -> str:
+        if self._text_cache is None or self._text_cache[0] != n:
+            self._text_cache = (n, self.client.text_report())
+        return self._text_cache[1]
 
     def _write(self, cur: RasPoll) -> None:
         if not self.out_dir:
@@ -375,6 +408,20 @@ class RasSource:
         with open(path, "w") as f:
             f.write(self.client.text_report())
         return path
+
+
+def capture_hook(ctx) -> None:
+    """Capture step (H3's :mod:`hpc_hangkit.capture`): write the RAS history and the text report of
+    this process's :class:`RasSource` into ``ctx.hd_dir/nccl_ras/``. No source in this process (a
+    per-node capture helper): nothing to do, the monitor process writes them."""
+    if not _ACTIVE:
+        return
+    src = _ACTIVE[0]
+    if src.disabled:
+        ctx.problem("ncclras unavailable: %s" % src.disabled)
+    path = src.write_report(ctx.hd_dir)
+    if path is None:
+        ctx.problem("ncclras: no output directory for the RAS report")
 
 
 # --- roll-call section ----------------------------------------------------------

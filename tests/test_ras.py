@@ -216,7 +216,7 @@ def test_equal_frozen_counts_are_not_a_rule_hit_and_section_says_together(tmp_pa
 # --- history and the roll-call section --------------------------------------------
 
 def test_section_from_b_history(tmp_path):
-    src = RasSource(RasClient(settings()), confirm_polls=2, out_dir=str(tmp_path))
+    src = RasSource(settings(), out_dir=str(tmp_path))
     for p in history():
         src._write(p)
     sec = section_from_dir(str(tmp_path))
@@ -269,8 +269,7 @@ def standin(tmp_path, monkeypatch):
 def test_source_replays_history_writes_files_and_report(standin, monkeypatch):
     monkeypatch.setenv("NCCLRAS_STANDIN_TEXT", os.path.join(NCCL, "b_allreduce_rank5_behind.txt"))
     out = standin / "hd"
-    src = RasSource(RasClient(settings(), env={"NCCL_RAS_ADDR": "127.0.0.1:28999"}), confirm_polls=1,
-                    out_dir=str(out))
+    src = RasSource(settings(confirm_duration_s=15), out_dir=str(out), env={"NCCL_RAS_ADDR": "127.0.0.1:28999"})
     det = Detector(15, 15, 15, 30)
     confirmed = []
     for i in range(14):
@@ -281,13 +280,24 @@ def test_source_replays_history_writes_files_and_report(standin, monkeypatch):
     assert len(files) == 1 + 10  # confirm window (1 poll) + margin
     path = src.write_report()
     assert "Rank 5 has launched up to operation 15233" in open(path).read()
+    # the still-suspected log reads the detail's text: the -f text report, fetched once per poll
+    assert "Rank 5 has launched" in confirmed[0].detail.text
+    ev = json.loads(json.dumps(confirmed[0].detail.to_json()))
+    assert ev["behind_ranks"] == [5] and ev["counts"]["AllReduce"]["15233"] == [5]
+    # capture into another directory copies the kept history and the report
+    other = standin / "captured"
+    from hpc_hangkit.ras import capture_hook
+    ctx = SimpleNamespace(hd_dir=str(other), problem=lambda line: None)
+    capture_hook(ctx)
+    sec = section_from_dir(str(other))
+    assert sec["verdict"] == "MISSED" and sec["suspect_ranks"] == [5]
     argv = json.loads(open(standin / "argv.log").readline())
     assert argv[argv.index("-h") + 1] == "127.0.0.1" and argv[argv.index("-p") + 1] == "28999"
     assert argv[argv.index("-f") + 1] == "json"
 
 
 def test_missing_binary_disables_source_with_one_warning(standin, caplog):
-    src = RasSource(RasClient(settings(ncclras_path=str(standin / "no" / "ncclras"))), confirm_polls=2)
+    src = RasSource(settings(ncclras_path=str(standin / "no" / "ncclras")))
     with caplog.at_level("WARNING", logger="hpc_hangkit.ras"):
         assert src.poll(0) == {} and src.poll(15) == {} and src.poll(30) == {}
     warns = [r for r in caplog.records if r.levelname == "WARNING"]
