@@ -1,0 +1,249 @@
+"""ranks_agree, @collective and auto check-in on real 4-rank gloo and mpi4py jobs.
+
+Every rank is armed from the job environment (``load_settings(...).to_env``:
+boot sitecustomize -> watchdog + heartbeat), the jobs really diverge or really
+hang, and the roll call reads what the ranks left in scratch.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import REPO, free_port, have_module
+
+JOBS = os.path.join(REPO, "tests", "agree_jobs")
+PERIOD_S = 1.0  # watchdog period in these jobs
+SAMPLES = 3  # K for the modal position
+
+
+def job_env(tmp_path, auto_checkin=False):
+    """The job environment for one test job, from the real config path."""
+    from hpc_hangkit.config import load_settings
+
+    cfg = tmp_path / "config.toml"
+    cfg.write_text("")  # isolate from any site config on this machine
+    scratch = str(tmp_path / "scratch")
+    base = {k: v for k, v in os.environ.items() if not k.startswith("HANGKIT_")}
+    settings = load_settings(
+        env={},
+        path=str(cfg),
+        overrides={"mode": "observe", "watchdog_period_s": PERIOD_S, "auto_checkin": auto_checkin},
+    )
+    return settings.to_env(scratch, base_env=base), scratch
+
+
+def start_torch(spawn, env, scenario, capture=False):
+    port = free_port()
+    procs = []
+    for rank in range(4):
+        e = dict(env, RANK=str(rank), WORLD_SIZE="4", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        kw = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE} if capture else {
+            "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+        procs.append(spawn([sys.executable, os.path.join(JOBS, "torch_job.py"), scenario], env=e, **kw))
+    return procs
+
+
+def start_mpi(spawn, env, scenario, capture=False):
+    mpiexec = shutil.which("mpiexec")
+    kw = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE} if capture else {
+        "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    return [spawn([mpiexec, "-n", "4", sys.executable, os.path.join(JOBS, "mpi_job.py"), scenario], env=env, **kw)]
+
+
+def results_of(procs, timeout=150):
+    results = {}
+    for p in procs:
+        out, err = p.communicate(timeout=timeout)
+        assert p.returncode == 0, err.decode()[-3000:]
+        for line in out.decode().splitlines():
+            if line.startswith("RESULT "):
+                r = json.loads(line[len("RESULT "):])
+                results[r["rank"]] = r
+    return results
+
+
+def wait_for_labels(scratch, expected, deadline_s=120):
+    """Poll the heartbeats until every rank in ``expected`` shows its label.
+
+    Returns {rank: Heartbeat}. Fails with what was seen if the deadline passes.
+    """
+    from hpc_hangkit.parse.heartbeat import read_heartbeats
+
+    seen = {}
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        hbdir = os.path.join(scratch, "heartbeats")
+        if os.path.isdir(hbdir):
+            seen = {hb.rank: hb for hb in read_heartbeats(hbdir)}
+            if all(r in seen and seen[r].label == lab for r, lab in expected.items()):
+                return seen
+        time.sleep(0.3)
+    pytest.fail("heartbeat labels never reached %r; last seen %r"
+                % (expected, {r: hb.label for r, hb in seen.items()}))
+
+
+def settle():
+    """Let each blocked rank write SAMPLES more watchdog dumps at its final position."""
+    time.sleep((SAMPLES + 1.5) * PERIOD_S)
+
+
+def report(scratch):
+    from hpc_hangkit.render import render_text
+    from hpc_hangkit.rollcall import report_from_dir
+
+    rep = report_from_dir(scratch, world_size=4, samples=SAMPLES)
+    return rep, render_text(rep)
+
+
+def groups_by_ranks(rep):
+    return {tuple(g.ranks): g for g in rep.groups}
+
+
+needs_torch = pytest.mark.skipif(not have_module("torch"), reason="torch (CPU) is not installed")
+needs_mpi = pytest.mark.skipif(
+    not (have_module("mpi4py") and shutil.which("mpiexec")),
+    reason="mpi4py and mpiexec (pip mpi4py mpich) are not installed",
+)
+
+# ------------------------------------------------------------- different routes
+
+
+def _check_disagree(results, backend):
+    assert sorted(results) == [0, 1, 2, 3]
+    for rank, r in results.items():
+        world = r["world"]
+        assert world["groups"] == [["cached batch", [0, 1]], ["recomputed batch", [2, 3]]]
+        assert "ranks 0-1: 'cached batch'" in world["message"]
+        assert "ranks 2-3: 'recomputed batch'" in world["message"]
+        assert backend in world["message"]
+        if rank == 0:  # not in the sub-group [1, 2, 3]: returns at once
+            assert r["sub"] == "returned"
+        else:
+            assert r["sub"]["groups"] == [["cached batch", [1]], ["recomputed batch", [2, 3]]]
+            assert "rank 1: 'cached batch'" in r["sub"]["message"]
+            assert "ranks 2-3: 'recomputed batch'" in r["sub"]["message"]
+            assert "ranks 1-3" in r["sub"]["message"]  # global ranks of the sub-group
+
+
+@needs_torch
+@pytest.mark.torch
+@pytest.mark.timeout(200)
+def test_gloo_same_line_different_branches_raises_naming_both_groups(spawn, tmp_path):
+    env, scratch = job_env(tmp_path)
+    results = results_of(start_torch(spawn, env, "disagree", capture=True))
+    _check_disagree(results, "torch.distributed")
+    # the failure is also the last check-in of every rank
+    from hpc_hangkit.parse.heartbeat import read_heartbeats
+
+    labels = {hb.rank: hb.label for hb in read_heartbeats(os.path.join(scratch, "heartbeats"))}
+    assert labels[0] == "failed ranks_agree(cached batch)"
+    assert labels[3] == "failed ranks_agree(recomputed batch)"
+
+
+@needs_mpi
+@pytest.mark.mpi
+@pytest.mark.timeout(200)
+def test_mpi_same_line_different_branches_raises_naming_both_groups(spawn, tmp_path):
+    env, scratch = job_env(tmp_path)
+    results = results_of(start_mpi(spawn, env, "disagree", capture=True))
+    _check_disagree(results, "mpi4py")
+
+
+# ------------------------------------------------------------- a rank that never arrives
+
+
+def _check_never_arrives(scratch):
+    waiting = {r: "in ranks_agree(after load)" for r in (0, 1, 3)}
+    expected = dict(waiting)
+    expected[2] = "passed ranks_agree(start)"
+    hbs = wait_for_labels(scratch, expected)
+    settle()
+    rep, text = report(scratch)
+    assert rep.suspect_ranks == [2], text
+    assert rep.verdict == "MISSED", text
+    groups = groups_by_ranks(rep)
+    assert (0, 1, 3) in groups and groups[(0, 1, 3)].role == "waiting", text
+    assert (2,) in groups and groups[(2,)].frame.function == "wait_for_data", text
+    # the waiting ranks' heartbeats carry the label and have not moved (blocked)
+    from hpc_hangkit.parse.heartbeat import read_heartbeats
+
+    later = {hb.rank: hb for hb in read_heartbeats(os.path.join(scratch, "heartbeats"))}
+    for r in waiting:
+        assert later[r].label == "in ranks_agree(after load)"
+        assert later[r].counter == hbs[r].counter
+    # and the report prints them
+    for r in (0, 1, 3):
+        assert 'rank %d last checked in: "in ranks_agree(after load)"' % r in text, text
+    assert 'rank 2 last checked in: "passed ranks_agree(start)"' in text, text
+
+
+@needs_torch
+@pytest.mark.torch
+@pytest.mark.timeout(200)
+def test_gloo_rank_that_never_arrives_is_named(spawn, tmp_path):
+    env, scratch = job_env(tmp_path)
+    start_torch(spawn, env, "hang")
+    _check_never_arrives(scratch)
+
+
+@needs_mpi
+@pytest.mark.mpi
+@pytest.mark.timeout(200)
+def test_mpi_rank_that_never_arrives_is_named(spawn, tmp_path):
+    env, scratch = job_env(tmp_path)
+    start_mpi(spawn, env, "hang")
+    _check_never_arrives(scratch)
+
+
+# ------------------------------------------------------------- labels of ranks blocked in C
+
+
+def _check_blocked(scratch, labels):
+    wait_for_labels(scratch, labels)
+    settle()
+    rep, text = report(scratch)
+    groups = groups_by_ranks(rep)
+    # where the stacks put them: 0,2,3 blocked in sync_grads' collective, 1 in log_metrics
+    assert (0, 2, 3) in groups and groups[(0, 2, 3)].frame.function == "sync_grads", text
+    assert (1,) in groups and groups[(1,)].frame.function == "log_metrics", text
+    checkins = rep.checkins()
+    for r, lab in labels.items():
+        assert checkins[r]["label"] == lab
+        assert 'rank %d last checked in: "%s"' % (r, lab) in text, text
+
+
+@needs_torch
+@pytest.mark.torch
+@pytest.mark.timeout(200)
+def test_gloo_decorated_collectives_label_ranks_blocked_in_c(spawn, tmp_path):
+    env, scratch = job_env(tmp_path, auto_checkin=False)
+    start_torch(spawn, env, "blocked")
+    _check_blocked(scratch, {0: "entering sync_grads() [collective]", 1: "entering log_metrics() [collective]",
+                             2: "entering sync_grads() [collective]", 3: "entering sync_grads() [collective]"})
+
+
+@needs_torch
+@pytest.mark.torch
+@pytest.mark.timeout(200)
+def test_gloo_auto_checkin_labels_ranks_blocked_in_c(spawn, tmp_path):
+    env, scratch = job_env(tmp_path, auto_checkin=True)
+    assert env["HANGKIT_AUTO_CHECKIN"] == "1"
+    start_torch(spawn, env, "blocked")
+    # three sync_grads on every rank, then the fourth collective differs:
+    # same sequence number, different op
+    ar = "torch.distributed.all_reduce seq=4 group=world"
+    _check_blocked(scratch, {0: ar, 1: "torch.distributed.barrier seq=4 group=world", 2: ar, 3: ar})
+
+
+@needs_mpi
+@pytest.mark.mpi
+@pytest.mark.timeout(200)
+def test_mpi_decorated_collectives_label_ranks_blocked_in_c(spawn, tmp_path):
+    env, scratch = job_env(tmp_path)
+    start_mpi(spawn, env, "blocked")
+    _check_blocked(scratch, {0: "entering sync_grads() [collective]", 1: "entering log_metrics() [collective]",
+                             2: "entering sync_grads() [collective]", 3: "entering sync_grads() [collective]"})
