@@ -760,7 +760,8 @@ def _collect_one(scratch_dir, job_id, attempt, storage_url, *, uid, gid, user, d
     """Copy one attempt's scratch as uid; record a timeout if the child is killed.
 
     Returns a dict {status, reason, copied, failed, skipped, pending, manifest}."""
-    reserve = min(_FINALIZE_S, max(0.2, (deadline - time.monotonic()) * 0.2))
+    t0 = time.monotonic()
+    reserve = min(_FINALIZE_S, max(0.2, (deadline - t0) * 0.2))
     work_deadline = deadline - reserve
     if storage_url:
         try:
@@ -776,17 +777,8 @@ def _collect_one(scratch_dir, job_id, attempt, storage_url, *, uid, gid, user, d
         afd = _open_attempt(scratch_dir, job_id, attempt, expect_uid=uid if uid else None)
         try:
             if dest is None:
-                tree = _Tree(afd)
-                files, skipped = tree.scan()
-                if not files:
-                    return {"status": "no_files"}
-                man = _new_manifest(job_id, attempt, host, None)
-                man["files"] = ([{"path": r, "size": s, "state": "pending", "why": no_dest}
-                                 for r, s in files]
-                                + [{"path": r, "state": "skipped", "why": w} for r, w in skipped])
-                man.update(status="incomplete", reason=no_dest)
-                _write_manifest(tree, man)
-                return _summary(man)
+                return _record_not_copied(_Tree(afd), job_id, attempt, host, None, "incomplete",
+                                          no_dest)
             # leave the copy loop early enough to write the manifest
             man = copy_tree(afd, dest, job_id=job_id, attempt=attempt, host=host,
                             deadline=work_deadline - 0.2)
@@ -800,8 +792,8 @@ def _collect_one(scratch_dir, job_id, attempt, storage_url, *, uid, gid, user, d
     if status == "ok":
         return value
     if status == "timeout":
-        why = ("storage %s did not finish within the budget (%.1f s left); collector killed"
-               % (dest, reserve))
+        why = ("storage %s did not finish within the budget; collector killed after %.1f s"
+               % (dest, time.monotonic() - t0))
     else:
         why = "collector failed: %s" % value
     if status == "error" and value and ("FileNotFoundError" in value):
@@ -810,22 +802,8 @@ def _collect_one(scratch_dir, job_id, attempt, storage_url, *, uid, gid, user, d
     def mark():
         afd = _open_attempt(scratch_dir, job_id, attempt, expect_uid=uid if uid else None)
         try:
-            tree = _Tree(afd)
-            man = _load_manifest(tree)
-            if man is None:
-                files, skipped = tree.scan()
-                if not files:
-                    return {"status": "no_files"}
-                man = _new_manifest(job_id, attempt, host, dest)
-                man["files"] = ([{"path": r, "size": s, "state": "pending", "why": None}
-                                 for r, s in files]
-                                + [{"path": r, "state": "skipped", "why": w} for r, w in skipped])
-            for ent in man.get("files", []):
-                if ent.get("state") in ("pending", "failed") and not ent.get("why"):
-                    ent["why"] = why
-            man.update(status="timeout" if status == "timeout" else "incomplete", reason=why)
-            _write_manifest(tree, man)
-            return _summary(man)
+            return _record_not_copied(_Tree(afd), job_id, attempt, host, dest,
+                                      "timeout" if status == "timeout" else "incomplete", why)
         finally:
             os.close(afd)
 
@@ -834,6 +812,24 @@ def _collect_one(scratch_dir, job_id, attempt, storage_url, *, uid, gid, user, d
         return value2
     return {"status": "timeout" if status == "timeout" else "error", "reason": why,
             "manifest_error": value2}
+
+
+def _record_not_copied(tree, job_id, attempt, host, dest, status, why):
+    """Leave (or complete) the local manifest: every file not copied gets ``why``."""
+    man = _load_manifest(tree)
+    if man is None:
+        files, skipped = tree.scan()
+        if not files:
+            return {"status": "no_files"}
+        man = _new_manifest(job_id, attempt, host, dest)
+        man["files"] = ([{"path": r, "size": s, "state": "pending", "why": None} for r, s in files]
+                        + [{"path": r, "state": "skipped", "why": w} for r, w in skipped])
+    for ent in man.get("files", []):
+        if ent.get("state") in ("pending", "failed") and not ent.get("why"):
+            ent["why"] = why
+    man.update(status=status, reason=why)
+    _write_manifest(tree, man)
+    return _summary(man)
 
 
 def _write_alias(storage_url, alias, job_id, user):

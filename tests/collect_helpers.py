@@ -135,5 +135,14 @@ def start_moto(spawn, port):
     raise RuntimeError("moto server did not answer on %s" % url)
 
 
+@pytest.fixture
+def area():
+    """An :class:`Area` (root only: the collector drops to ``nobody``)."""
+    need_root()
+    a = Area()
+    yield a
+    a.cleanup()
+
+
 S3_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
           "AWS_DEFAULT_REGION": "us-east-1"}

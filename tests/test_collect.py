@@ -12,17 +12,9 @@ import pytest
 
 from hpc_hangkit import collect, layout
 
-from collect_helpers import Area, faulthandler_dump, job_user, local_files, need_root
+from collect_helpers import area, faulthandler_dump, job_user, local_files  # noqa: F401 (area: fixture)
 
 SECRET = b"root-only secret: must never reach storage\n"
-
-
-@pytest.fixture
-def area():
-    need_root()
-    a = Area()
-    yield a
-    a.cleanup()
 
 
 @pytest.fixture(scope="module")

@@ -12,18 +12,11 @@ import time
 
 import pytest
 
-from hpc_hangkit import collect, layout
+from hpc_hangkit import collect
 
-from collect_helpers import (EPILOG, REPO, S3_ENV, Area, epilog_env, faulthandler_dump,
-                             job_user, local_files, need_root, start_moto, write_site_toml)
-
-
-@pytest.fixture
-def area():
-    need_root()
-    a = Area()
-    yield a
-    a.cleanup()
+from collect_helpers import (EPILOG, REPO, S3_ENV, area, epilog_env,  # noqa: F401 (area)
+                             faulthandler_dump, job_user, local_files, start_moto,
+                             write_site_toml)
 
 
 def run_epilog(env, timeout=60):

@@ -12,17 +12,10 @@ import pytest
 
 from hpc_hangkit import collect
 
-from collect_helpers import S3_ENV, Area, faulthandler_dump, job_user, need_root, start_moto
+from collect_helpers import (S3_ENV, area, faulthandler_dump,  # noqa: F401 (area: fixture)
+                             job_user, start_moto)
 
 BUCKET = "hangkit"
-
-
-@pytest.fixture
-def area():
-    need_root()
-    a = Area()
-    yield a
-    a.cleanup()
 
 
 @pytest.fixture
