@@ -64,11 +64,17 @@ def render_text(report: Report, via: Optional[int] = _VIA) -> str:
     checkins = report.checkins()
     if checkins:
         out.append("")
-        out.append("last check-ins (checkpoint labels, from heartbeats):")
-        for r, c in checkins.items():
-            age = "" if c["age_s"] is None else ", %s ago" % _age(c["age_s"])
-            out.append("  rank %d last checked in: %s%s (check-in #%d)" % (
-                r, json.dumps(c["label"]) if c["label"] else "(no label)", age, c["counter"]))
+        if all(c["counter"] == 0 for c in checkins.values()):
+            out.append("last check-ins: no rank called checkpoint() yet (heartbeats show arming only)")
+        else:
+            out.append("last check-ins (checkpoint labels, from heartbeats):")
+            for r, c in checkins.items():
+                age = "" if c["age_s"] is None else ", %s ago" % _age(c["age_s"])
+                if c["counter"] == 0:
+                    out.append("  rank %d never checked in (armed%s)" % (r, age))
+                else:
+                    out.append("  rank %d last checked in: %s%s (check-in #%d)" % (
+                        r, json.dumps(c["label"]) if c["label"] else "(no label)", age, c["counter"]))
     if report.missing_ranks:
         out.append("")
         out.append("missing ranks (no dumps, no marker; world size %s): %s" % (

@@ -60,6 +60,7 @@ __all__ = [
     "is_library_frame", "user_frame", "collective_of", "rank_facts", "positions",
     "summarize_node", "summarize_dir", "merge", "build_report", "report_from_dir",
     "report_from_summary_and_dir", "add_sections", "read_dir", "rank_from_name", "short_where",
+    "short_error",
 ]
 
 log = logging.getLogger("hpc_hangkit.rollcall")
@@ -389,13 +390,22 @@ class DirContents:
         self.files = 0
 
 
-def _safe_read(path: str, warnings: List[str]) -> Optional[bytes]:
+def _safe_read(path: str, warnings: List[str], stat_out: Optional[list] = None) -> Optional[bytes]:
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+                     | getattr(os, "O_NONBLOCK", 0))
     except OSError as e:
         warnings.append("%s: cannot read (%s); skipped" % (path, e.strerror or e))
         return None
     try:
+        import stat as _stat
+
+        st = os.fstat(fd)
+        if not _stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            return None
+        if stat_out is not None:
+            stat_out.append(st.st_mtime)
         with os.fdopen(fd, "rb") as fh:
             data = fh.read(_MAX_FILE + 1)
     except OSError as e:
@@ -442,7 +452,8 @@ def read_dir(path: str) -> DirContents:
         if base.endswith(".hb"):
             hb_dirs.add(os.path.dirname(fp))
             continue
-        data = _safe_read(fp, out.warnings)
+        mt: list = []
+        data = _safe_read(fp, out.warnings, mt)
         if data is None:
             continue
         out.files += 1
@@ -479,6 +490,8 @@ def read_dir(path: str) -> DirContents:
                 continue
         if lg.rank is None:
             lg.rank = rank_from_name(base)
+        if mt:
+            lg.mtime = mt[0]
         out.warnings.extend(lg.warnings)
         out.logs.append(lg)
     for d in sorted(hb_dirs):
@@ -555,6 +568,12 @@ def summarize_node(logs: Iterable[ParsedLog] = (), *, tracebacks: Optional[dict]
         for g in lgs:
             samples_all.extend(g.samples)
         f = rank_facts(samples_all, samples, chains)
+        writes = [g.mtime for g in lgs if g.kind == "faulthandler" and g.mtime is not None and g.samples]
+        if writes:
+            f["last_write"] = round(max(writes), 3)
+        periods = [g.period_s for g in lgs if g.period_s]
+        if periods:
+            f["period_s"] = max(periods)
         g0 = next((g for g in reversed(lgs) if g.kind == "faulthandler" and g.pid), None) or lgs[-1]
         if g0.pid is not None:
             f["pid"] = g0.pid
@@ -872,6 +891,7 @@ def build_report(summary: dict, *, depth: Optional[int] = None, world_size: Opti
             c = cache[cid] = (py, nat, gk, rec.get("collective"))
         return c
 
+    _apply_timing(facts)
     buckets: Dict[tuple, List[int]] = {}
     for r, f in facts.items():
         st = f.get("state", "unknown")
@@ -905,7 +925,8 @@ def build_report(summary: dict, *, depth: Optional[int] = None, world_size: Opti
         colls = sorted({chain_of(facts[r]["key"])[3] for r in rs if chain_of(facts[r]["key"])[3]})
         detail = None
         if st == "exited":
-            exits = sorted({facts[r].get("exit") or "" for r in rs} - {""})
+            exits = sorted({_norm_error(facts[r]["exit"]): short_error(facts[r]["exit"])
+                            for r in rs if facts[r].get("exit")}.values())
             detail = "; ".join(exits[:3]) or None
         elif st == "progressing":
             detail = "samples still changing: this rank is moving"
@@ -964,36 +985,7 @@ def _verdict(rep: Report, groups: List[Group], facts: Dict[int, dict]):
         return
 
     if gone:
-        rep.verdict = "GONE"
-        exited = sorted(r for g in gone for r in g.ranks)
-        if stuck:
-            for g in stuck:
-                g.role = "waiting"
-            rep.suspect_ranks = exited
-            w = stuck[0]
-            rep.reason = ("%s exited (%s) while %s wait%s at %s: they are waiting for a rank that is gone. "
-                          "%s %s where the bug is: see the last traceback below." % (
-                              rs(exited), "; ".join(g.detail or "no traceback" for g in gone),
-                              rs([r for g in stuck for r in g.ranks]), "s" if n_stuck == 1 else "",
-                              where(w), rs(exited).capitalize(), "is" if len(exited) == 1 else "are"))
-        else:
-            # everyone is gone: the last positions still show who went the other way
-            gone.sort(key=lambda g: (-len(g.ranks), g.ranks[0]))
-            big = gone[0]
-            if len(gone) > 1 and len(big.ranks) > len(gone[1].ranks) and len(big.ranks) * 2 > total_seen:
-                rep.suspect_ranks = sorted(r for g in gone[1:] for r in g.ranks)
-                rep.reason = ("all observed ranks exited. Before exiting, %s were at %s and %s elsewhere "
-                              "(%s): %s %s where the bug is." % (
-                                  rs(big.ranks), where(big), rs(rep.suspect_ranks),
-                                  "; ".join(where(g) for g in gone[1:]), rs(rep.suspect_ranks),
-                                  "is" if len(rep.suspect_ranks) == 1 else "are"))
-            else:
-                rep.suspect_ranks = []
-                rep.reason = ("all observed ranks exited (%s); their last positions do not single out a "
-                              "rank." % "; ".join(sorted({g.detail or "?" for g in gone})))
-        if prog:
-            rep.reason += " %s still moving." % rs([r for g in prog for r in g.ranks])
-        rep.groups = stuck + gone + prog + unknown
+        _gone(rep, stuck, prog, gone, unknown, facts, where, rs, total_seen)
         return
 
     if not stuck:
@@ -1107,6 +1099,126 @@ def _verdict(rep: Report, groups: List[Group], facts: Dict[int, dict]):
     if absent:
         rep.reason += " Not seen: %s." % rs(absent)
     rep.groups = stuck + unknown
+
+
+_CONSEQUENCE_RE = re.compile(r"closed by peer|reset by peer|remote worker|remote process|[Tt]imed out|"
+                             r"[Tt]imeout|Broken pipe|Connection refused|ECONNRESET|peer .*(exit|crash)|"
+                             r"DistNetworkError|aborted by another rank", re.I)
+
+
+def _is_consequence(err: Optional[str]) -> bool:
+    """True for exit errors that say a PEER went away or never answered (timeouts,
+    connection closed/reset by peer): such a rank is a victim, not the culprit."""
+    return bool(err) and bool(_CONSEQUENCE_RE.search(err))
+
+
+def short_error(err: Optional[str], limit: int = 110) -> str:
+    """An exit error as one short line: gloo's ``[/path/file.cc:NN] `` prefix dropped, cut at ``limit``."""
+    if not err:
+        return "no traceback"
+    e = re.sub(r"\[/[^\]]*\.(cc|cpp|h|hpp):\d+\] ", "", err)
+    e = e.split(". This is typically", 1)[0]
+    return e if len(e) <= limit else e[:limit - 3] + "..."
+
+
+def _norm_error(err: str) -> str:
+    return re.sub(r"\d+", "N", short_error(err))
+
+
+def _gone(rep, stuck, prog, gone, unknown, facts, where, rs, total_seen):
+    """GONE: some ranks exited. Exits whose error says a peer went away are victims;
+    the suspects are the ranks that failed on their own, else the ranks that did not
+    fail that way (the other side), else the minority of the last positions."""
+    rep.verdict = "GONE"
+    exited = sorted(r for g in gone for r in g.ranks)
+    victims = [r for r in exited if _is_consequence(facts[r].get("exit"))]
+    primary = [r for r in exited if r not in victims]
+    alive = stuck + prog
+    alive_ranks = sorted(r for g in alive for r in g.ranks)
+    errs = sorted({_norm_error(facts[r].get("exit") or "") for r in victims})
+    verr = "; ".join(short_error(facts[min(r for r in victims if _norm_error(facts[r].get("exit") or "") == e)]
+                                 .get("exit")) for e in errs[:2])
+    for g in stuck:
+        g.role = "waiting"
+    if primary:
+        rep.suspect_ranks = primary
+        perr = "; ".join(sorted({short_error(facts[r].get("exit")) for r in primary})[:3])
+        parts = ["%s exited on %s own (%s)" % (rs(primary), "its" if len(primary) == 1 else "their", perr)]
+        if stuck:
+            parts.append("while %s wait%s at %s: they are waiting for a rank that is gone" % (
+                rs(alive_ranks), "s" if len(alive_ranks) == 1 else "", where(stuck[0])))
+        if victims:
+            parts.append("%s then failed because a peer went away (%s)" % (rs(victims), verr))
+        rep.reason = "%s. %s %s where the bug is: see the last traceback below." % (
+            "; ".join(parts), rs(primary).capitalize(), "is" if len(primary) == 1 else "are")
+        rep.groups = [g for g in gone if set(g.ranks) & set(primary)] + stuck + \
+            [g for g in gone if not set(g.ranks) & set(primary)] + prog + unknown
+        return
+    if alive:
+        rep.suspect_ranks = alive_ranks
+        for g in alive:
+            g.role = "divergent"
+        rep.reason = ("%s exited with errors saying a peer went away or never answered (%s): %s victims. "
+                      "%s did not fail that way; last seen at %s. %s went the other way (left without an "
+                      "error, or is still elsewhere): %s %s where the bug is." % (
+                          rs(victims), verr, "they are" if len(victims) > 1 else "it is a",
+                          rs(alive_ranks).capitalize(), "; ".join(where(g) for g in alive),
+                          "It" if len(alive_ranks) == 1 else "They", rs(alive_ranks),
+                          "is" if len(alive_ranks) == 1 else "are"))
+        rep.groups = alive + gone + unknown
+        return
+    # everyone is gone, all as victims: the last positions still show who went the other way
+    gone.sort(key=lambda g: (-len(g.ranks), g.ranks[0]))
+    big = gone[0]
+    if len(gone) > 1 and len(big.ranks) > len(gone[1].ranks) and len(big.ranks) * 2 > total_seen:
+        rep.suspect_ranks = sorted(r for g in gone[1:] for r in g.ranks)
+        rep.reason = ("all observed ranks exited (%s). Before exiting, %s were at %s and %s elsewhere (%s): "
+                      "%s %s where the bug is." % (
+                          verr, rs(big.ranks), where(big), rs(rep.suspect_ranks),
+                          "; ".join(where(g) for g in gone[1:]), rs(rep.suspect_ranks),
+                          "is" if len(rep.suspect_ranks) == 1 else "are"))
+    else:
+        rep.suspect_ranks = []
+        rep.reason = ("all observed ranks exited (%s); their last positions do not single out a rank."
+                      % (verr or "no traceback"))
+    rep.groups = gone + unknown
+
+
+def _apply_timing(facts: Dict[int, dict]) -> None:
+    """Wall-clock evidence (log mtimes, heartbeat times), applied before grouping:
+
+    - a stuck rank that checked in (heartbeat counter > 0) after its last dump is
+      *progressing*: its dumps are history;
+    - a rank that wrote nothing (no dump, no check-in) for more than
+      max(3 watchdog periods, 10 s) while another rank kept writing *went silent*:
+      a watched rank that is stuck keeps dumping every period, so it exited, was
+      killed, or its node is gone (state *exited*).
+    Copies whose mtimes were reset (a plain copy) look fresh and change nothing.
+    """
+    lasts: Dict[int, float] = {}
+    for r, f in facts.items():
+        ts = [t for t in (f.get("last_write"), (f.get("hb") or {}).get("wall_s")) if t is not None]
+        if ts:
+            lasts[r] = max(ts)
+    if len(lasts) < 2:
+        return
+    ref = max(lasts.values())
+    for r, f in facts.items():
+        hb = f.get("hb")
+        lw = f.get("last_write")
+        if f.get("state") == "stuck" and hb and lw is not None and hb.get("counter", 0) > 0 \
+                and hb["wall_s"] > lw + 0.5:
+            f["state"] = "progressing"
+            f["detail"] = "checked in (%s) %.0f s after its last dump: moving" % (
+                json.dumps(hb.get("label") or ""), hb["wall_s"] - lw)
+        period = f.get("period_s") or (hb or {}).get("period_s")
+        if r in lasts and period and f.get("state") in ("stuck", "progressing", "unknown"):
+            silent = ref - lasts[r]
+            if silent > max(3 * period, 10.0):
+                f["state"] = "exited"
+                f["silent_s"] = round(silent, 1)
+                f["exit"] = ("went silent: nothing written for %.0f s while other ranks kept writing "
+                             "(exited, killed, or its node is gone)" % silent)
 
 
 def _adopt_sections(rep: Report):

@@ -109,11 +109,18 @@ def parse_header(text: str) -> Optional[Dict]:
     return out
 
 
+_SNIFF_RE = re.compile(
+    rb"^(?:(?:Current thread|Thread) (?:0x[0-9a-fA-F]+|\d+)(?: \[.*?\])? \(most recent call first\):"
+    rb"|Stack \(most recent call first\):|Timeout \(\d+:\d\d:\d\d(?:\.\d+)?\)!|Fatal Python error: )",
+    re.M)
+
+
 def looks_like_faulthandler(data: bytes) -> bool:
-    """True if the first 4 KiB hold a faulthandler dump marker or our header."""
-    head = data[:4096]
-    return (b"(most recent call first):" in head or head.startswith(b"# hpc-hangkit ")
-            or head.startswith(b"# hangkit-probe ") or b"Fatal Python error:" in head)
+    """True if the bytes start with our header or hold a faulthandler dump line
+    (thread header, ``Stack``, ``Timeout``, ``Fatal Python error``) in the first 64 KiB."""
+    if data.startswith(b"# hpc-hangkit ") or data.startswith(b"# hangkit-probe "):
+        return True
+    return _SNIFF_RE.search(data[:65536]) is not None
 
 
 class _Builder:
@@ -128,6 +135,8 @@ class _Builder:
         self.pending_t: Optional[float] = None
         self.frame_cache: Dict[str, Frame] = {}
         self.blank_before = False
+        self.has_header = False
+        self.timeout_s = None
 
     def warn(self, offset: int, what: str):
         if len(self.warnings) < 50:
@@ -296,9 +305,12 @@ def parse_faulthandler(data: bytes, name: str = "<bytes>") -> ParsedLog:
                         "offset": off}
             b.cur["threads"].append(b.thread)
             continue
-        if text.startswith("Timeout (") and _TIMEOUT_RE.match(text):
-            b.open_dump("timeout", off)
-            continue
+        if text.startswith("Timeout ("):
+            m = _TIMEOUT_RE.match(text)
+            if m:
+                b.timeout_s = int(m.group(1)) * 3600 + int(m.group(2)) * 60 + int(m.group(3))
+                b.open_dump("timeout", off)
+                continue
         if text.startswith("Fatal Python error: "):
             b.open_dump("fatal", off, fatal=text[len("Fatal Python error: "):].strip() or "fatal error")
             continue
@@ -311,6 +323,7 @@ def parse_faulthandler(data: bytes, name: str = "<bytes>") -> ParsedLog:
         if text.startswith("# "):
             h = parse_header(text)
             if h is not None:
+                b.has_header = True
                 if header is None:
                     header = h
                 elif h.get("pid") != header.get("pid"):
@@ -339,6 +352,9 @@ def parse_faulthandler(data: bytes, name: str = "<bytes>") -> ParsedLog:
         log.pid = header.get("pid")
         log.host = header.get("host")
         log.world = header.get("world")
+        log.period_s = header.get("period_s")
+    if log.period_s is None and b.timeout_s:
+        log.period_s = float(b.timeout_s)
     fatal = [s for s in b.samples if s.fatal]
     if fatal:
         log.exit_note = "Fatal Python error: %s" % fatal[-1].fatal
@@ -349,9 +365,14 @@ def parse_faulthandler(data: bytes, name: str = "<bytes>") -> ParsedLog:
 
 
 def _unknown(b: _Builder, off: int, text: str):
-    """A line that fits no shape: inside a dump it damages that dump, outside it is skipped."""
+    """A line that fits no shape: inside a dump it damages that dump; outside a dump it
+    is skipped (with a warning only in a watchdog log: other files, e.g. a rank's
+    stderr holding a fatal-error dump, have plenty of other text)."""
+    if b.cur is not None and not text.startswith(" ") and b.thread is not None and b.thread["frames"]:
+        b.close_dump()  # other output right after a complete dump (e.g. in a rank's stderr)
     if b.cur is not None:
         if b.cur["damaged"] is None:
             b.cur["damaged"] = off
-    else:
+        b.thread = None
+    elif b.has_header:
         b.warn(off, "unrecognised line skipped: %r" % text[:80])

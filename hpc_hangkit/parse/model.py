@@ -108,7 +108,7 @@ class ParsedLog:
     """What one file said: header, samples, and warnings for what was skipped."""
 
     __slots__ = ("name", "header", "rank", "pid", "host", "world", "samples", "warnings", "kind",
-                 "traceback", "exit_note")
+                 "traceback", "exit_note", "period_s", "mtime")
 
     def __init__(self, name: str, header: Optional[dict] = None, rank: Optional[int] = None,
                  pid: Optional[int] = None, host: Optional[str] = None, world: Optional[int] = None,
@@ -127,6 +127,10 @@ class ParsedLog:
         self.traceback: Optional[List[str]] = None
         #: one line saying how the process ended, when the file shows it (fatal error, exception)
         self.exit_note: Optional[str] = None
+        #: the watchdog period (header ``period_s`` or the ``Timeout (h:mm:ss)!`` lines), seconds
+        self.period_s: Optional[float] = None
+        #: when the file was last written (epoch seconds; set by the reader, not the parser)
+        self.mtime: Optional[float] = None
 
     def __repr__(self):
         return "ParsedLog(%r, rank=%s, pid=%s, %d samples, %d warnings)" % (
