@@ -322,7 +322,12 @@ def capture(ctx: CaptureContext, dump_wait_s: float = 2.0) -> CaptureResult:
         ctx.problem("no live rank found in %s (no heartbeat record or watchdog log)" % ctx.scratch)
     else:
         request_dumps(ctx, wait_s=dump_wait_s)
+        t1 = time.monotonic()
+        log.info("on-demand watchdog dumps: %.1f s", t1 - t0)
         files += pyspy_all(ctx)
+        log.info("py-spy of %d rank(s): %.1f s", len(ctx.ranks), time.monotonic() - t1)
+    t2 = time.monotonic()
     run_hooks(ctx)
+    log.info("capture hooks: %.1f s", time.monotonic() - t2)
     files += copy_rank_files(ctx.scratch, ctx.hd_dir)
     return CaptureResult(files, list(ctx.problems), time.monotonic() - t0)

@@ -21,6 +21,7 @@ batch-step monitor. Pieces:
 import json
 import logging
 import os
+import socket
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -34,6 +35,8 @@ log = logging.getLogger("hpc_hangkit.monitor")
 DISAGREE_VERDICTS = ("MISSED", "SPLIT", "GONE", "SAME_LINE_DIFFERENT_ARGS")
 #: above this size only the tail of a watchdog log is parsed each poll (bytes)
 TAIL_BYTES = 1 << 20
+#: bytes of read/write syscalls per poll above which a rank counts as moving
+IO_PROGRESS_BYTES = 64 * 1024
 
 
 @dataclass
@@ -80,33 +83,83 @@ def _main_stack(sample) -> Tuple:
     return tuple((f.file, f.line, f.function) for f in th.frames if not f.native)
 
 
+def proc_io_bytes(pid: int) -> Optional[int]:
+    """``rchar + wchar`` of a local process (bytes it read/wrote through syscalls, files and sockets), or None."""
+    try:
+        with open("/proc/%d/io" % pid) as f:
+            total = 0
+            for line in f:
+                k, _, v = line.partition(":")
+                if k in ("rchar", "wchar"):
+                    total += int(v)
+            return total
+    except (OSError, ValueError):
+        return None
+
+
+class _ProcState:
+    """What :class:`StackSource` remembers about one rank process (one watchdog log)."""
+
+    __slots__ = ("size", "last_off", "stack", "pid", "local", "io")
+
+    def __init__(self, pid: int, local: bool):
+        self.size = -1
+        self.last_off = -1
+        self.stack: Tuple = ()
+        self.pid = pid
+        self.local = local
+        self.io: Optional[int] = None
+
+
 class StackSource:
     """Stack/heartbeat source over one node scratch directory. Key: ``"stacks"``.
 
     Each poll, for every rank process (``watchdog/rank_<r>.pid<p>.log``,
     ``heartbeats/rank_<r>.pid<p>.hb``) it looks for progress since the
-    previous poll: its heartbeat counter moved, or a new watchdog dump shows a
-    main-thread stack different from the one before (so a job that never calls
-    ``checkpoint()`` still counts as moving while its stacks change), or a new
-    rank process appeared. Any progress: ``stalled=False``. Otherwise the roll
-    call over the scratch decides: ranks disagree (verdict in
-    :data:`DISAGREE_VERDICTS`) -> ``stalled=True``; TOGETHER, SLOW, NO_HANG,
-    INCONCLUSIVE -> ``stalled=False`` (a SLOW rank is never confirmed).
-    No dumps yet -> ``{}`` (no answer).
+    previous poll:
 
-    ``samples``: K for the roll call's modal position (settings.stack_samples).
+    - its heartbeat counter moved (``checkpoint()``);
+    - a new watchdog dump shows a main-thread stack different from the one
+      before (so a job that never calls ``checkpoint()`` counts as moving
+      while its stacks change);
+    - it read or wrote more than ``io_bytes`` bytes through syscalls (files,
+      sockets; from ``/proc/<pid>/io`` of ranks on this host, minus its own
+      watchdog dumps): a rank saving a checkpoint sits at one ``fsync`` line
+      for seconds but is moving (a rank blocked in a collective does no I/O);
+    - a new rank process appeared.
+
+    Any progress: ``stalled=False``. Otherwise the roll call over the
+    scratch decides: ranks disagree (verdict in :data:`DISAGREE_VERDICTS`) ->
+    ``stalled=True``; TOGETHER, SLOW, NO_HANG, INCONCLUSIVE -> ``stalled=False``
+    (a SLOW rank is never confirmed). No dumps yet -> ``{}`` (no answer).
+
+    ``samples``: K for the roll call's modal position (settings.stack_samples);
+    ``io_bytes``: I/O threshold per poll (bytes; 0 disables the I/O signal).
     """
 
     name = "stacks"
     key = "stacks"
 
-    def __init__(self, scratch: str, samples: int = 5, world_size: Optional[int] = None):
+    def __init__(self, scratch: str, samples: int = 5, world_size: Optional[int] = None,
+                 io_bytes: int = IO_PROGRESS_BYTES):
         self.scratch = scratch
         self.samples = samples
         self.world_size = world_size
-        self._logs: Dict[str, Tuple[int, int, Tuple]] = {}   # path -> (size, offset of last sample, its stack)
-        self._hb: Dict[Tuple, int] = {}                      # (rank, pid) -> counter
+        self.io_bytes = io_bytes
+        self._procs: Dict[str, _ProcState] = {}   # watchdog log path -> state
+        self._hb: Dict[Tuple, int] = {}           # (rank, pid) -> counter
         self._first = True
+        self._host = socket.gethostname()
+
+    def _is_local(self, path: str) -> bool:
+        from hpc_hangkit.parse.faulthandler import parse_header
+        try:
+            with open(path, "rb") as f:
+                hdr = parse_header(f.readline(4096).decode("utf-8", "replace"))
+        except OSError:
+            return False
+        host = (hdr or {}).get("host") or ""
+        return bool(host) and host.split(".")[0] == self._host.split(".")[0]
 
     def _scan_logs(self, progressed: Dict[int, str]) -> List[int]:
         from hpc_hangkit.parse.faulthandler import parse_faulthandler
@@ -118,53 +171,55 @@ class StackSource:
         ranks = []
         for name in names:
             parsed = layout.parse_rank_file_name(name)
-            if not parsed or parsed[2] != "log":
+            if not parsed or parsed[2] != "log" or parsed[0] is None:
                 continue
-            rank = parsed[0]
-            if rank is not None:
-                ranks.append(rank)
+            rank, pid = parsed[0], parsed[1]
+            ranks.append(rank)
             path = os.path.join(d, name)
             try:
                 size = os.lstat(path).st_size
             except OSError:
                 continue
-            prev = self._logs.get(path)
-            if prev is not None and prev[0] == size:
+            st = self._procs.get(path)
+            new_proc = st is None
+            if new_proc:
+                st = self._procs[path] = _ProcState(pid, self._is_local(path))
+                if not self._first:
+                    progressed[rank] = "new process %s" % name
+            grew = size - st.size if st.size >= 0 else 0
+            if st.local and self.io_bytes > 0:
+                io = proc_io_bytes(pid)
+                if io is not None and st.io is not None and not new_proc:
+                    own = io - st.io - max(0, grew)  # minus its own watchdog dumps
+                    if own >= self.io_bytes and rank not in progressed:
+                        progressed[rank] = "I/O %d bytes since the previous poll" % own
+                st.io = io
+            if size == st.size:
                 continue  # no new dump from this process
             try:
                 with open(path, "rb") as f:
                     start = max(0, size - TAIL_BYTES)
-                    if prev is not None and prev[1] > start:
-                        start = prev[1]  # re-read from the last dump seen: a dump boundary
+                    if st.last_off > start:
+                        start = st.last_off  # re-read from the last dump seen: a dump boundary
                     f.seek(start)
                     data = f.read(size - start)
             except OSError:
                 continue
-            pl = parse_faulthandler(data, name)
-            if rank is None and pl.rank is not None:
-                rank = pl.rank
-                ranks.append(rank)
-            last_off = prev[1] if prev else -1
-            before = prev[2] if prev else ()
+            st.size = size
             moved = None
-            for smp in pl.samples:
+            for smp in parse_faulthandler(data, name).samples:
                 off = start + smp.offset
-                if off <= last_off:
+                if off <= st.last_off:
                     continue  # seen at an earlier poll
-                last_off = off
-                st = _main_stack(smp)
-                if not st:
+                st.last_off = off
+                stack = _main_stack(smp)
+                if not stack:
                     continue  # a dump without a main thread (torn, or a helper-only dump)
-                if before and st != before and moved is None:
-                    moved = st
-                before = st
-            self._logs[path] = (size, last_off, before)
-            r = rank if rank is not None else -1
-            if prev is None:
-                if not self._first:
-                    progressed[r] = "new process %s" % name
-            elif moved is not None:
-                progressed[r] = "stack moved (now at %s:%d)" % (os.path.basename(moved[0][0]), moved[0][1])
+                if st.stack and stack != st.stack and moved is None:
+                    moved = stack
+                st.stack = stack
+            if moved is not None and not new_proc and rank not in progressed:
+                progressed[rank] = "stack moved (now at %s:%d)" % (os.path.basename(moved[0][0]), moved[0][1])
         return sorted(set(ranks))
 
     def _scan_heartbeats(self, progressed: Dict[int, str]) -> None:
@@ -186,7 +241,7 @@ class StackSource:
         self._scan_heartbeats(progressed)
         ranks = self._scan_logs(progressed)
         first, self._first = self._first, False
-        if not self._logs:
+        if not self._procs:
             return {}
         det = StackDetail(progressed=progressed, ranks=ranks)
         if progressed:

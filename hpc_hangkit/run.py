@@ -250,8 +250,12 @@ class Run:
             tool_failed = False
             if mode != "off":
                 det = Detector.from_settings(self.settings)
-                self.monitor = Monitor(det, [StackSource(self.scratch, samples=self.settings.stack_samples)],
-                                       hd_dir=self.hd_dir, on_confirmed=self._on_confirmed)
+                sources = [StackSource(self.scratch, samples=self.settings.stack_samples)]
+                from hpc_hangkit.ras import maybe_source  # NCCL RAS: one key per communicator
+                ras = maybe_source(self.settings, out_dir=self.hd_dir)
+                if ras is not None:
+                    sources.append(ras)
+                self.monitor = Monitor(det, sources, hd_dir=self.hd_dir, on_confirmed=self._on_confirmed)
                 self.monitor.events = events
                 log.info("monitoring (confirm window %d polls)", det.confirm_polls)
                 try:
@@ -260,7 +264,7 @@ class Run:
                     tool_failed = True
                     log.exception("monitor failed (%s); the job keeps running unmonitored", e)
                     events.write("tool_failure", error="%s: %s" % (type(e).__name__, e))
-            rc = exit_status(self.proc.wait())
+            rc = exit_status(self._wait_job())
             # ranks orphaned by a launcher that exited: never leave them behind
             if group_alive(self.pgid) and (self.killed_for_hang or self._signals):
                 signal_group(self.pgid, signal.SIGKILL)
@@ -282,6 +286,20 @@ class Run:
         finally:
             for sig, h in old.items():
                 signal.signal(sig, h)
+
+    def _wait_job(self) -> int:
+        """Wait for the launcher; after a forwarded signal, terminate the group once ``grace_s`` has passed."""
+        escalated = False
+        while True:
+            try:
+                return self.proc.wait(timeout=0.25)
+            except subprocess.TimeoutExpired:
+                pass
+            if self._signals and not escalated and time.monotonic() - self._signals[0][1] >= self.grace_s:
+                escalated = True
+                log.warning("job still running %.0f s after %s: terminating it", self.grace_s,
+                            signal.Signals(self._signals[0][0]).name)
+                terminate_group(self.proc, self.pgid, self.grace_s)
 
     def _wait(self, seconds: float) -> None:
         try:
