@@ -1,0 +1,180 @@
+"""Scenarios 3, 4 and 7 of the hang catalogue as real 4-rank gloo jobs.
+
+Each job is a plain user script (tests/scenarios/) armed the way a real job is:
+the environment comes from ``Settings.to_env(scratch)`` (sitecustomize arms the
+watchdog at interpreter start), the ranks really hang (or really exit), the
+watchdog writes real dumps, and the test asks every live rank for one more
+on-demand dump with ``watchdog.request_dump``. The roll call over the job's
+directory must name the right verdict, ranks and lines. Line numbers come from
+``# MARK:`` comments in the scripts, never from constants here.
+"""
+import os
+import sys
+import time
+
+import pytest
+
+pytest.importorskip("torch", reason="scenario jobs need torch (CPU) for gloo")
+
+from hpc_hangkit.config import load_settings  # noqa: E402
+from hpc_hangkit.render import render_text  # noqa: E402
+from hpc_hangkit.rollcall import report_from_dir  # noqa: E402
+
+SCEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scenarios")
+WORLD = 4
+PERIOD_S = 1.0
+
+
+def mark_line(script, mark):
+    with open(os.path.join(SCEN, script)) as fh:
+        for i, line in enumerate(fh, 1):
+            if "# MARK: %s" % mark in line:
+                return i
+    raise AssertionError("no MARK %s in %s" % (mark, script))
+
+
+def launch(spawn, tmp_path, port, script, *args):
+    """Start WORLD ranks of ``script`` armed from the job environment; returns (procs, job_dir)."""
+    job = tmp_path / "job"
+    scratch = job / "scratch"
+    outdir = job / "stdout"
+    scratch.mkdir(parents=True)
+    outdir.mkdir()
+    base = {k: v for k, v in os.environ.items() if not k.startswith("HANGKIT_")}
+    st = load_settings(env={}, overrides={"mode": "observe", "watchdog_period_s": PERIOD_S})
+    procs = []
+    for r in range(WORLD):
+        env = st.to_env(str(scratch), base_env=base)
+        env.update(RANK=str(r), WORLD_SIZE=str(WORLD), LOCAL_RANK=str(r), MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(port), OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo")
+        out = open(str(outdir / ("rank_%d.txt" % r)), "wb")
+        procs.append(spawn([sys.executable, os.path.join(SCEN, script)] + list(args), env=env,
+                           stdout=out, stderr=out, cwd=str(tmp_path)))
+    return procs, str(job)
+
+
+def wait_for(job, want, deadline_s=120.0, min_samples=3):
+    """Poll the roll call until its verdict is ``want`` and every stuck rank has
+    ``min_samples`` samples at its position (or the deadline passes)."""
+    end = time.time() + deadline_s
+    rep = None
+    while time.time() < end:
+        rep = report_from_dir(job)
+        stuck_ok = all(f.get("mode", 0) >= min_samples for f in rep.ranks.values()
+                       if f.get("state") == "stuck")
+        if rep.verdict == want and stuck_ok and len(rep.ranks) == WORLD:
+            return rep
+        time.sleep(1.0)
+    raise AssertionError("verdict never became %s; last report:\n%s" % (want, rep and render_text(rep)))
+
+
+def dump_all(procs, job):
+    """One on-demand dump from every live rank through the real path (request_dump)."""
+    from hpc_hangkit.watchdog import request_dump
+
+    def count():
+        n = 0
+        wd = os.path.join(job, "scratch", "watchdog")
+        for name in os.listdir(wd):
+            with open(os.path.join(wd, name), "rb") as fh:
+                n += fh.read().count(b"Stack (most recent call first):")
+        return n
+
+    before = count()
+    live = [p for p in procs if p.poll() is None]
+    for p in live:
+        request_dump(p.pid, "SIGURG")
+    end = time.time() + 10
+    while time.time() < end and count() < before + len(live):
+        time.sleep(0.1)
+    assert count() >= before + len(live), "on-demand dumps did not land"
+
+
+def group_of(rep, rank):
+    return next(g for g in rep.groups if rank in g.ranks)
+
+
+@pytest.mark.torch
+@pytest.mark.timeout(240)
+def test_scenario3_inner_barrier_on_rank0_is_split(spawn, tmp_path, port):
+    script = "scenario3_inner_barrier.py"
+    procs, job = launch(spawn, tmp_path, port, script)
+    wait_for(job, "SPLIT")
+    dump_all(procs, job)
+    rep = report_from_dir(job)
+    assert rep.verdict == "SPLIT", render_text(rep)
+    assert rep.suspect_ranks == [0]
+    waiting, inner = group_of(rep, 1), group_of(rep, 0)
+    assert waiting.ranks == [1, 2, 3] and waiting.role == "waiting"
+    assert (waiting.frame.function, waiting.frame.line) == ("train_epoch", mark_line(script, "train-allreduce"))
+    assert waiting.collective == "all_reduce"
+    assert inner.ranks == [0] and inner.role == "divergent"
+    assert (inner.frame.function, inner.frame.line) == ("main", mark_line(script, "inner-barrier"))
+    assert inner.collective == "barrier"
+    text = render_text(rep)
+    assert "%s:%d" % (script, mark_line(script, "inner-barrier")) in text
+    assert "%s:%d" % (script, mark_line(script, "train-allreduce")) in text
+    # the start-up dumps (import torch, rendezvous) were there and decided nothing
+    assert any(f.get("startup", 0) > 0 for f in rep.ranks.values())
+    assert all(p.poll() is None for p in procs), "the job must really hang, not exit"
+
+
+@pytest.mark.torch
+@pytest.mark.timeout(240)
+def test_scenario4_uneven_data_final_barrier_is_split(spawn, tmp_path, port):
+    script = "scenario4_uneven_data.py"
+    procs, job = launch(spawn, tmp_path, port, script, "barrier")
+    wait_for(job, "SPLIT")
+    dump_all(procs, job)
+    rep = report_from_dir(job)
+    assert rep.verdict == "SPLIT" and rep.suspect_ranks == [0], render_text(rep)
+    six = group_of(rep, 1)
+    assert six.ranks == [1, 2, 3]
+    assert (six.frame.function, six.frame.line) == ("step", mark_line(script, "step-allreduce"))
+    final = group_of(rep, 0)
+    assert (final.frame.function, final.frame.line) == ("main", mark_line(script, "final-barrier"))
+    assert final.collective == "barrier"
+
+
+@pytest.mark.torch
+@pytest.mark.timeout(240)
+def test_scenario4_uneven_data_rank0_exits_is_gone(spawn, tmp_path, port):
+    script = "scenario4_uneven_data.py"
+    procs, job = launch(spawn, tmp_path, port, script, "exit")
+    end = time.time() + 150
+    while time.time() < end and any(p.poll() is None for p in procs):
+        time.sleep(0.5)
+    codes = [p.poll() for p in procs]
+    assert codes[0] == 0 and all(c not in (None, 0) for c in codes[1:]), codes
+    rep = report_from_dir(job)
+    text = render_text(rep)
+    assert rep.verdict == "GONE", text
+    assert rep.suspect_ranks == [0], text
+    victims = group_of(rep, 1)
+    assert victims.ranks == [1, 2, 3] and victims.role == "exited"
+    assert (victims.frame.function, victims.frame.line) == ("step", mark_line(script, "step-allreduce"))
+    for r in (1, 2, 3):
+        assert rep.ranks[r]["state"] == "exited" and rep.ranks[r].get("traceback")
+    assert group_of(rep, 0).role == "divergent"
+    assert "rank 1 last traceback" in text
+
+
+@pytest.mark.torch
+@pytest.mark.timeout(240)
+def test_scenario7_alive_but_stuck_is_missed(spawn, tmp_path, port):
+    script = "scenario7_alive_but_stuck.py"
+    procs, job = launch(spawn, tmp_path, port, script)
+    wait_for(job, "MISSED")
+    dump_all(procs, job)
+    rep = report_from_dir(job)
+    assert rep.verdict == "MISSED" and rep.suspect_ranks == [1], render_text(rep)
+    waiting = group_of(rep, 0)
+    assert waiting.ranks == [0, 2, 3] and waiting.role == "waiting"
+    assert (waiting.frame.function, waiting.frame.line) == ("train", mark_line(script, "train-allreduce"))
+    assert waiting.collective == "all_reduce"
+    odd = group_of(rep, 1)
+    assert odd.frame.function == "wait_for_a_condition_that_never_comes"
+    assert odd.frame.line == mark_line(script, "stuck-sleep")
+    assert odd.collective is None
+    assert procs[1].poll() is None, "rank 1 must stay alive (alive but stuck)"
+    assert rep.to_dict()["groups"][0]["frame"]["line"] == mark_line(script, "train-allreduce")
