@@ -315,13 +315,13 @@ def section_from_dir(hd_dir: str) -> Optional[dict]:
         text.append("pg %s%s: %s%s" % (f["pg"], " (%s)" % f["desc"] if f["desc"] not in ("", "undefined") else "",
                                       _KIND_TEXT[f["kind"]], mark))
         for g in f["groups"]:
-            text.append("  ranks %s: seq %d %s sizes %s dtypes %s at %s%s" % (
-                format_ranks(g["ranks"]), g["seq"], g["op"], g["sizes"], ",".join(map(str, g["dtypes"])) or "-",
+            text.append("  %s %s: seq %d %s sizes %s dtypes %s at %s%s" % (
+                "rank" if len(g["ranks"]) == 1 else "ranks", format_ranks(g["ranks"]), g["seq"], g["op"], g["sizes"], ",".join(map(str, g["dtypes"])) or "-",
                 g["where"], "" if g["pending"] else " (completed)"))
     for r, err in sorted(a["errors"].items()):
         text.append("rank %d: no dump: %s" % (r, err))
     if a["empty"]:
-        text.append("ranks %s: empty Flight Recorder buffer (armed after the process group was created, or "
+        text.append("rank(s) %s: empty Flight Recorder buffer (armed after the process group was created, or "
                     "TORCH_FR_BUFFER_SIZE=0)" % format_ranks(a["empty"]))
     summary = "Flight Recorder: %s" % (a["verdict"] or "no collective in flight")
     if a["suspect_ranks"]:

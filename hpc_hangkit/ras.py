@@ -29,6 +29,7 @@ import logging
 import math
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -408,6 +409,20 @@ class RasSource:
         with open(path, "w") as f:
             f.write(self.client.text_report())
         return path
+
+
+def maybe_source(settings, out_dir: Optional[str] = None, env=None, prefix: Sequence[str] = ()):
+    """A :class:`RasSource` when RAS can be used here, else None (logged once at INFO).
+
+    Used when ``ncclras_address`` is set, or ``ncclras_path`` resolves on PATH
+    (or through ``prefix``, which runs it elsewhere). Without it the run goes on
+    with the other sources: RAS needs NCCL >= 2.28.7 and GPUs.
+    """
+    path = getattr(settings, "ncclras_path", None) or "ncclras"
+    if not (getattr(settings, "ncclras_address", None) or prefix or shutil.which(path)):
+        log.info("NCCL RAS source not used: %r not found on PATH", path)
+        return None
+    return RasSource(settings, out_dir=out_dir, env=env, prefix=prefix)
 
 
 def capture_hook(ctx) -> None:

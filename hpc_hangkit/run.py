@@ -250,7 +250,8 @@ class Run:
             tool_failed = False
             if mode != "off":
                 det = Detector.from_settings(self.settings)
-                sources = [StackSource(self.scratch, samples=self.settings.stack_samples)]
+                sources = [StackSource(self.scratch, samples=self.settings.stack_samples,
+                                       sample_signal=self.settings.watchdog_signal)]
                 from hpc_hangkit.ras import maybe_source  # NCCL RAS: one key per communicator
                 ras = maybe_source(self.settings, out_dir=self.hd_dir)
                 if ras is not None:

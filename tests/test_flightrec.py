@@ -82,7 +82,7 @@ def test_dump_error_file_and_empty_buffer_are_reported(tmp_path):
     sec = section_from_dir(str(tmp_path))
     txt = "\n".join(sec["text"])
     assert "rank 1: no dump: RuntimeError: boom" in txt
-    assert "ranks 2: empty Flight Recorder buffer" in txt
+    assert "rank(s) 2: empty Flight Recorder buffer" in txt
     assert "rank_3.json" in txt and "warning" in txt
 
 
