@@ -300,7 +300,8 @@ class SlurmStackSource:
     key = "stacks"
 
     def __init__(self, scratch: str, view: View, other_nodes: List[str], probe=None,
-                 stats=None, samples: int = 5, world_size: Optional[int] = None):
+                 stats=None, samples: int = 5, world_size: Optional[int] = None,
+                 idle_probe_s: float = 30.0):
         from hpc_hangkit.monitor import StackSource
         self.scratch = scratch
         self.view = view
@@ -311,6 +312,8 @@ class SlurmStackSource:
         self.probes = 0
         #: seconds between probes; the monitor raises it after a confirmation
         self.min_probe_interval_s = 0.0
+        #: seconds between probes while this node has no rank data at all
+        self.idle_probe_interval_s = idle_probe_s
         self._last_probe = None
         self._last_stats: Dict[str, object] = {}
 
@@ -337,10 +340,14 @@ class SlurmStackSource:
     def poll(self, now: float):
         self.view.apply(rank_files(self.scratch, since=self.view.sizes))
         ans = self.inner.poll(now)
-        stalled_or_quiet = ans.get(self.key) is None or ans[self.key][0] \
-            or not ans[self.key][1].progressed
-        due = self._last_probe is None or now - self._last_probe >= self.min_probe_interval_s
-        if self.other_nodes and self.probe is not None and stalled_or_quiet and due:
+        local = ans.get(self.key)
+        # probe on suspicion: nothing moved here; with no rank data here at all
+        # (no armed rank on this node), only every idle_probe_interval_s
+        interval = self.min_probe_interval_s if local is not None else max(
+            self.min_probe_interval_s, self.idle_probe_interval_s)
+        quiet = local is None or local[0] or not local[1].progressed
+        due = self._last_probe is None or now - self._last_probe >= interval
+        if self.other_nodes and self.probe is not None and quiet and due:
             files = self.probe(self.other_nodes)
             self.probes += 1
             self._last_probe = now
@@ -368,14 +375,14 @@ def srun_probe(job_id: str, scratch: str, bin_argv: List[str]):
             p = slurm.srun_overlap(job_id, nodes, bin_argv + ["slurm-probe", "--scratch", scratch],
                                    timeout=PROBE_TIMEOUT_S)
         except slurm.SlurmError as e:
-            log.warning("probe of %s failed: %s", ",".join(nodes), e)
+            log.info("probe of %s failed: %s", ",".join(nodes), e)
             return {}
         files: Dict[str, dict] = {}
         docs = parse_docs(p.stdout.decode("utf-8", "replace"))
         for d in docs:
             files.update(_decode(d.get("files", {})))
         if len(docs) < len(nodes):
-            log.warning("probe: %d of %d node(s) answered (%s)", len(docs), len(nodes),
+            log.info("probe: %d of %d node(s) answered (%s)", len(docs), len(nodes),
                         p.stderr.decode("utf-8", "replace").strip()[-300:])
         return files
     return _probe
@@ -386,8 +393,10 @@ def srun_probe(job_id: str, scratch: str, bin_argv: List[str]):
 def signature(report) -> dict:
     """Where a hang is: ``{"verdict", "suspect_ranks", "where"}`` from a roll-call Report.
 
-    ``where``: sorted ``file:line function`` of the innermost main-thread frame
-    of every group that holds a suspect rank (the place the suspects stand).
+    ``where``: sorted ``file:line function (in collective)`` of the user frame
+    (roll-call group ``frame``) of every group that holds a suspect rank: the
+    place the suspects stand. File names are base names, so a job that moved
+    its checkout still repeats.
     """
     d = report.to_dict() if hasattr(report, "to_dict") else dict(report or {})
     sus = sorted(int(r) for r in (d.get("suspect_ranks") or []))
@@ -399,13 +408,14 @@ def signature(report) -> dict:
             ranks = parse_ranks(ranks)
         if not set(int(r) for r in ranks) & set(sus):
             continue
-        pos = g.get("position") or g.get("where") or g.get("line")
-        if isinstance(pos, dict):
-            pos = "%s:%s %s" % (pos.get("file"), pos.get("line"), pos.get("function", ""))
-        elif isinstance(pos, (list, tuple)) and pos:
-            top = pos[0]
-            pos = ("%s:%s %s" % (top.get("file"), top.get("line"), top.get("function", ""))
-                   if isinstance(top, dict) else str(top))
+        fr = g.get("frame") or g.get("position") or {}
+        if isinstance(fr, dict):
+            pos = "%s:%s %s" % (os.path.basename(str(fr.get("file", "?"))), fr.get("line", "?"),
+                                fr.get("function", ""))
+        else:
+            pos = str(fr)
+        if g.get("collective"):
+            pos += " (in %s)" % g["collective"]
         where.append(str(pos))
     return {"verdict": d.get("verdict"), "suspect_ranks": sus, "where": sorted(where)}
 
@@ -508,6 +518,9 @@ class BatchMonitor:
         self.attempt = slurm.attempt_from_env(env)
         self.scratch = env.get(layout.ENV_SCRATCH_DIR) or layout.job_scratch_dir(
             settings.scratch_dir, self.job_id, self.attempt)
+        if not self.scratch.rstrip("/").endswith("/attempt_%d" % self.attempt):
+            log.warning("HANGKIT_SCRATCH_DIR=%s does not belong to attempt %d", self.scratch,
+                        self.attempt)
         self.hd_dir = os.path.join(self.scratch, layout.HANG_DETECTOR_DIR)
         self.host = socket.gethostname()
         nodes = env.get("SLURM_JOB_NODELIST", "")
@@ -637,6 +650,7 @@ class BatchMonitor:
         src = [SlurmStackSource(self.scratch, View(self.view_dir), self.others,
                                 probe=srun_probe(self.job_id, self.scratch, self.bin_argv),
                                 stats=lambda: slurm.step_stats(self.job_id),
+                                idle_probe_s=max(30.0, float(self.settings.report_every_s)),
                                 samples=getattr(self.settings, "stack_samples", 5),
                                 world_size=self.world_size)]
         if getattr(self.settings, "ncclras_address", None) or shutil.which(

@@ -9,10 +9,13 @@
  *         local/allocator context), and
  *       - to the batch script and every task as HANGKIT_MODE (spank_setenv,
  *         remote context).
- *   slurmstepd, once per step per node (user_init, as the job's user): reads
- *     the job environment that the prolog computed ONCE per node from
- *     Settings.to_env() (<scratch_dir>/job_<id>/attempt_<n>/hangkit.env) and
- *     puts it into the step's environment. No interpreter runs per task.
+ *   slurmstepd, in each task (task_init, as the job's user, in C): reads the
+ *     job environment that the prolog computed ONCE per node from
+ *     Settings.to_env() (<scratch_dir>/job_<id>/attempt_<n>/hangkit.env, a
+ *     few hundred bytes) and puts it into the task's environment. No
+ *     interpreter runs per task. (Not in user_init: there the batch step does
+ *     not know its restart count yet, so a requeued job would read the
+ *     previous attempt's file.)
  *   batch step only (task_init, as the job's user): starts the batch-step
  *     monitor `<bin> slurm-monitor` as a child of the batch script; it gets
  *     SIGTERM when the batch script ends (PR_SET_PDEATHSIG).
@@ -57,7 +60,7 @@ static char *def_mode = NULL;   /* default= */
 static char *scratch_dir = NULL;/* scratch_dir= */
 static char *bin = NULL;        /* bin= */
 static int args_parsed = 0;
-static int env_applied = 0;     /* user_init found and applied hangkit.env */
+static int env_applied = 0;     /* task_init found and applied hangkit.env */
 
 static const char *valid_modes[] = { "off", "observe", "fail", NULL };
 
@@ -173,8 +176,15 @@ static int _env_path(spank_t sp, char *buf, size_t len)
 
 	if (spank_get_item(sp, S_JOB_ID, &jobid) != ESPANK_SUCCESS)
 		return -1;
+	uint32_t restarts = 0;
+
+	/* the batch step's environment gets SLURM_RESTART_COUNT only at task
+	 * launch; the item is there from the start */
+	if (spank_get_item(sp, S_SLURM_RESTART_COUNT, &restarts)
+	    == ESPANK_SUCCESS)
+		n = (long) restarts;
 	if (spank_getenv(sp, "SLURM_RESTART_COUNT", rc, sizeof(rc))
-	    == ESPANK_SUCCESS && rc[0])
+	    == ESPANK_SUCCESS && rc[0] && strtol(rc, NULL, 10) > n)
 		n = strtol(rc, NULL, 10);
 	if (n < 0)
 		n = 0;
@@ -239,7 +249,7 @@ static int _apply_env_file(spank_t sp)
 
 	if (_env_path(sp, path, sizeof(path)))
 		return -1;
-	/* never follow a symlink; read as the job's user (user_init) */
+	/* never follow a symlink; read as the job's user (task_init) */
 	fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 	if (fd < 0) {
 		slurm_info("hpc-hangkit: no job environment at %s (%m): is "
@@ -270,16 +280,6 @@ static int _apply_env_file(spank_t sp)
 		_apply(sp, line, eq + 1);
 	}
 	free(buf);
-	return 0;
-}
-
-int slurm_spank_user_init(spank_t sp, int ac, char **av)
-{
-	_parse_args(ac, av);
-	if (spank_context() != S_CTX_REMOTE || !strcmp(_mode(), "off"))
-		return 0;
-	if (_apply_env_file(sp) == 0)
-		env_applied = 1;
 	return 0;
 }
 
@@ -351,8 +351,11 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av)
 	uint32_t stepid = 0;
 
 	_parse_args(ac, av);
-	if (spank_context() != S_CTX_REMOTE || !bin || !env_applied ||
-	    !strcmp(_mode(), "off"))
+	if (spank_context() != S_CTX_REMOTE || !strcmp(_mode(), "off"))
+		return 0;
+	if (_apply_env_file(sp) == 0)
+		env_applied = 1;
+	if (!bin || !env_applied)
 		return 0;
 	if (spank_get_item(sp, S_JOB_STEPID, &stepid) != ESPANK_SUCCESS)
 		return 0;
