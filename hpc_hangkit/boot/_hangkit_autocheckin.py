@@ -76,6 +76,7 @@ _patched = []  # names wrapped in the loaded module (for tests and docs)
 # The default group (passed as None or as the object) is "world".
 _groups = {}
 _refs = {}  # id(group) -> weakref (or the group) that clears its key
+_caches = []  # every wrapper's {id(group): (counters, label format)}
 
 
 def arm(env=None, checkpoint=None):
@@ -122,6 +123,8 @@ def disarm():
     del _patched[:]
     _groups.clear()
     _refs.clear()
+    for cache in _caches:
+        cache.clear()
 
 
 class _Finder(object):
@@ -217,16 +220,20 @@ def _group_entry(mod, group):
     """Counters ``[display name, seq, p2p seq]`` for ``group``, made on first sight.
 
     ``None`` and the default process group share the "world" counters. Keys
-    are ``id(group)``; a weak reference removes the key when the group object
-    dies, so an id is never reused while its key exists (a group that cannot
-    be weakly referenced is kept alive instead).
+    are ``id(group)``; a weak reference removes the key (here and in every
+    wrapper's label cache) when the group object dies, so an id is never
+    reused while its key exists (a group that cannot be weakly referenced is
+    kept alive instead).
     """
     world = _groups.get(id(None))
     if world is None:
         world = _groups[id(None)] = ["world", 0, 0]
     if group is None:
         return world
-    entry = None
+    key = id(group)
+    entry = _groups.get(key)
+    if entry is not None:
+        return entry
     try:
         if group is mod.distributed_c10d._get_default_group():
             entry = world
@@ -238,36 +245,54 @@ def _group_entry(mod, group):
         except Exception:
             name = hex(id(group))
         entry = [name, 0, 0]
-    key = id(group)
     try:
-        _refs[key] = weakref.ref(group, lambda _r, k=key: (_groups.pop(k, None), _refs.pop(k, None)))
+        _refs[key] = weakref.ref(group, lambda _r, k=key: _forget(k))
     except TypeError:
         _refs[key] = group
     _groups[key] = entry
     return entry
 
 
+def _forget(key):
+    _groups.pop(key, None)
+    _refs.pop(key, None)
+    for cache in _caches:
+        cache.pop(key, None)
+
+
 def _wrap(mod, name, fn, p2p, gidx, peer, pidx):
-    prefix = "torch.distributed." + name
+    """The check-in wrapper of ``fn`` (``torch.distributed.<name>``).
+
+    ``gidx``/``pidx``: positional index of the ``group`` / peer argument
+    (-1: keyword only). Per call: one dict lookup for the group's counters and
+    precomputed label format, one increment, one ``%`` format, checkpoint.
+    """
     slot = 2 if p2p else 1
-    kind = " p2p=" if p2p else " seq="
+    head = "torch.distributed.%s %s=" % (name, "p2p" if p2p else "seq")
+    peer_word = (" peer=" if p2p else " %s=" % peer) if peer else None
+    cache = {}  # id(group) -> (counters, label format)
+    _caches.append(cache)
+
+    def lookup(group):
+        entry = _group_entry(mod, group)
+        fmt = head.replace("%", "%%") + "%d group=" + entry[0].replace("%", "%%")
+        got = cache[id(group)] = (entry, fmt)
+        return got
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
-            if 0 <= gidx < len(args):
-                group = args[gidx]
-            else:
-                group = kwargs.get("group")
-            entry = _groups.get(id(group))
-            if entry is None:
-                entry = _group_entry(mod, group)
+            group = args[gidx] if len(args) > gidx >= 0 else kwargs.get("group")
+            got = cache.get(id(group))
+            if got is None:
+                got = lookup(group)
+            entry = got[0]
             entry[slot] += 1
-            label = prefix + kind + str(entry[slot]) + " group=" + entry[0]
-            if peer is not None:
-                who = args[pidx] if 0 <= pidx < len(args) else kwargs.get(peer)
+            label = got[1] % entry[slot]
+            if peer_word is not None:
+                who = args[pidx] if len(args) > pidx >= 0 else kwargs.get(peer)
                 if who is not None:
-                    label += " " + ("peer=" if p2p else peer + "=") + str(who)
+                    label = label + peer_word + str(who)
             _checkpoint(label)
         except Exception:
             pass
