@@ -1010,14 +1010,17 @@ def _local_attempts(scratch_dir, key):
     return sorted(out)
 
 
-def finish_local(job_id, *, settings=None, attempt=None, budget_s=120.0, log=None):
+def finish_local(job_id, *, settings=None, attempt=None, budget_s=120.0, log=None, select=None):
     """Finish copies a failed epilog left in this node's scratch.
 
     For each ``<scratch_dir>/<job>/attempt_<n>`` here (or only ``attempt``),
     run the same verified copy as the epilog: as root, in a child that drops
     to the directory's owner; as a user, only for directories that user owns.
-    Returns a list of per-attempt result dicts (``attempt``, ``status``,
-    ``copied``, ``failed``, ``reason``...). Raises ValueError for a bad id.
+    ``select(attempt, has_manifest) -> bool`` picks the attempts to touch
+    (default: all); the copy deletes local files, so never select the scratch
+    of an attempt that is still running. Returns a list of per-attempt result
+    dicts (``attempt``, ``status``, ``copied``, ``failed``, ``reason``...).
+    Raises ValueError for a bad id.
     """
     key = _numeric_id(job_id)
     settings = settings or load_site_settings()
@@ -1031,6 +1034,8 @@ def finish_local(job_id, *, settings=None, attempt=None, budget_s=120.0, log=Non
             continue
         if not stat.S_ISDIR(st.st_mode):
             out.append({"attempt": a, "status": "refused", "reason": "%s is not a directory" % path})
+            continue
+        if select is not None and not select(a, _has_manifest(path)):
             continue
         if os.geteuid() != 0 and st.st_uid != os.geteuid():
             out.append({"attempt": a, "status": "refused",
@@ -1055,6 +1060,36 @@ def finish_local(job_id, *, settings=None, attempt=None, budget_s=120.0, log=Non
         if log:
             log("finished local copy of %s attempt %d: %s" % (key, a, res.get("status")))
     return out
+
+
+def _has_manifest(attempt_path):
+    try:   # lstat only: nothing in the user's directory is opened here
+        return stat.S_ISREG(os.lstat(os.path.join(attempt_path, MANIFEST_NAME)).st_mode)
+    except OSError:
+        return False
+
+
+#: job states in which an attempt may still be writing (or its epilog copying) its scratch
+_ACTIVE_STATES = frozenset(("RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "PENDING",
+                            "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SIGNALING",
+                            "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD"))
+
+
+def _finish_selector(info):
+    """Which local attempts ``collect`` may finish (copy, then delete locally).
+
+    With a manifest (an epilog ran and could not finish): yes, except the
+    current attempt of a job still active (its epilog may be running now).
+    Without one: only attempts Slurm says are over (an earlier attempt, or
+    a job in a final state); never when Slurm does not know the job."""
+    def select(attempt, has_manifest):
+        if info is None:
+            return has_manifest
+        active = info.get("state") in _ACTIVE_STATES
+        if attempt < info["attempt"]:
+            return True
+        return not active
+    return select
 
 
 def storage_attempts(storage_url, job_id, user=None):
@@ -1153,7 +1188,8 @@ def collect_job(job_id, *, attempt=None, settings=None, out_dir=None, live=None,
                                                                                 ALIAS_SUFFIX))
     if key != asked:
         notes.append("job %s is SLURM_JOB_ID %s" % (asked, key))
-    for res in finish_local(key, settings=settings, attempt=attempt):
+    for res in finish_local(key, settings=settings, attempt=attempt,
+                            select=_finish_selector(info)):
         notes.append("local scratch attempt_%d: %s%s" % (
             res["attempt"], res.get("status"),
             (" (%s)" % res["reason"]) if res.get("reason") else ""))

@@ -261,3 +261,19 @@ def test_cli_finished_job_with_nothing_stored_says_so(tmp_path):
                        env=dict(os.environ, HPC_HANGKIT_CONFIG=str(cfg)))
     assert p.returncode == 1
     assert b"nothing stored for job 999" in p.stderr
+
+
+def test_collect_never_moves_a_possibly_running_attempts_scratch(area, fh_dump):
+    """`collect` copies-then-deletes local scratch only where an epilog left a
+    manifest or Slurm says the attempt is over: a live rank's files stay put."""
+    uid, gid, _ = job_user()
+    d = area.make_attempt("110", 0, uid, gid, {"watchdog/rank_0.pid1.log": fh_dump})
+    with pytest.raises(FileNotFoundError):
+        collect.collect_job("110", settings=area.settings(), live=False)
+    assert os.path.exists(os.path.join(d, "watchdog/rank_0.pid1.log"))
+    sel = collect._finish_selector
+    running = {"state": "RUNNING", "attempt": 1}
+    assert sel(running)(0, False) and not sel(running)(1, False) and not sel(running)(1, True)
+    assert not sel({"state": "COMPLETING", "attempt": 0})(0, True)
+    assert sel({"state": "COMPLETED", "attempt": 0})(0, False)
+    assert sel(None)(0, True) and not sel(None)(0, False)
