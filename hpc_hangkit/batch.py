@@ -199,7 +199,7 @@ def emit_doc(doc: dict, out) -> None:
     (JSON, zlib, base64), because ``srun`` cuts long output lines into pieces."""
     import zlib
     data = base64.b64encode(zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 6)).decode()
-    did = "%s.%d" % (socket.gethostname(), os.getpid())
+    did = "%s.%d.%s" % (socket.gethostname(), os.getpid(), os.urandom(4).hex())
     n = max(1, (len(data) + DOC_CHUNK - 1) // DOC_CHUNK)
     for i in range(n):
         out.write("%s %s %d/%d %s\n" % (DOC_TAG, did, i + 1, n, data[i * DOC_CHUNK:(i + 1) * DOC_CHUNK]))
@@ -630,8 +630,15 @@ class BatchMonitor:
                 return
             except slurm.SlurmError as e:
                 d = Decision("end", "not requeued: scontrol requeue refused: %s" % e)
-        log.error("hpc-hangkit: %s. Ending the job. Report: %s", d.reason, where)
+        log.error("hpc-hangkit: hang confirmed, %s. Ending the job. Report: %s", d.reason, where)
         self._flush()
+        try:
+            # the mark that tells "hang confirmed, not requeued" apart from any
+            # other cancel (a monitor failure never ends a job)
+            slurm.set_comment(self.job_id, "hpc-hangkit: hang confirmed, %s; report: %s"
+                              % (d.reason, where))
+        except slurm.SlurmError as e:
+            log.warning("could not set the job comment: %s", e)
         try:
             slurm.cancel(self.job_id)
         except slurm.SlurmError as e:

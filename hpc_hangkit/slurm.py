@@ -277,6 +277,13 @@ def requeue(job_id) -> None:
     _run(["scontrol", "requeue", validate_job_id(job_id)])
 
 
+def set_comment(job_id, text: str) -> None:
+    """``scontrol update JobId=<id> Comment=<text>`` (the job's owner may do this);
+    newlines become spaces, at most 500 characters."""
+    t = " ".join(str(text).split())[:500]
+    _run(["scontrol", "update", "JobId=" + validate_job_id(job_id), "Comment=" + t])
+
+
 def cancel(job_id) -> None:
     """``scancel <id>``: end the job (its epilog still runs)."""
     _run(["scancel", validate_job_id(job_id)])

@@ -1,0 +1,232 @@
+"""Slurm pieces that need no cluster: job ids, scontrol/sstat parsing, the
+requeue rule, the framed probe answers, the view mirror, the prolog's
+hostile-input handling (run for real as a subprocess against a temp root).
+
+The real-cluster tests are in test_slurm_cluster.py.
+"""
+import io
+import json
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from hpc_hangkit import batch, layout, slurm
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.mark.parametrize("good", ["1", "123", "123_4", "4294967294_0"])
+def test_job_id_accepts_plain_and_array_ids(good):
+    assert slurm.validate_job_id(good) == good
+
+
+@pytest.mark.parametrize("bad", ["", "abc", "12.0", "123_[1-3]", "123+0", "-1", "1 2", "../1",
+                                 "123_", "_4", "1;rm -rf /"])
+def test_job_id_rejects_everything_else(bad):
+    with pytest.raises(ValueError, match="invalid Slurm job id"):
+        slurm.validate_job_id(bad)
+
+
+def test_attempt_from_env_prolog_job_and_unset():
+    assert slurm.attempt_from_env({}) == 0
+    assert slurm.attempt_from_env({"SLURM_RESTART_COUNT": "2"}) == 2
+    assert slurm.attempt_from_env({"SLURM_JOB_RESTART_COUNT": "1"}) == 1
+    assert slurm.attempt_from_env({"SLURM_RESTART_COUNT": "x"}) == 0
+
+
+def test_parse_kv_line_keeps_values_with_spaces():
+    line = ("JobId=57 JobName=my job UserId=hkuser(1001) JobState=RUNNING Requeue=1 Restarts=2 "
+            "BatchFlag=1 NodeList=hk[1-2] WorkDir=/home/a b/c Comment=hpc-hangkit: x=1 y StdOut=/o")
+    kv = slurm.parse_kv_line(line)
+    assert kv["JobId"] == "57" and kv["JobName"] == "my job"
+    assert kv["WorkDir"] == "/home/a b/c"
+    assert kv["Requeue"] == "1" and kv["Restarts"] == "2" and kv["StdOut"] == "/o"
+
+
+def test_parse_sstat_real_22_05_output():
+    # captured on the testbed (Slurm 22.05.8): sstat -a -n -P --format=JobID,NTasks,AveCPU,AveDiskRead,AveDiskWrite
+    text = "8.batch|1|00:00:00|62465|2488\n8.0|4|00:00:02|1697385|1708\n"
+    st = slurm.parse_sstat(text)
+    assert [s.step for s in st] == ["8.batch", "8.0"]
+    assert st[1].ntasks == 4 and st[1].cpu_s == 8.0 and st[1].read_bytes == 1697385 * 4
+
+
+def test_parse_sstat_skips_gather_none_garbage_and_bad_lines():
+    text = "9.0|0|213503982334-14:25:51||\nnot|a|line\n9.1|2|1-00:00:01.500|1.5K|2M\n"
+    st = slurm.parse_sstat(text)
+    assert [s.step for s in st] == ["9.1"]
+    assert st[0].cpu_s == 2 * (86400 + 1.5)
+    assert st[0].read_bytes == 2 * 1536 and st[0].write_bytes == 2 * 2 * 1024 ** 2
+
+
+def test_srun_overlap_refuses_bad_node_names_before_running_anything():
+    with pytest.raises(ValueError, match="invalid node name"):
+        slurm.srun_overlap("12", ["hk1", "hk2;reboot"], ["true"])
+    with pytest.raises(ValueError, match="invalid Slurm job id"):
+        slurm.srun_overlap("12 13", ["hk1"], ["true"])
+
+
+SIG_A = {"verdict": "SPLIT", "suspect_ranks": [1], "where": ["train.py:54 main (in barrier)"]}
+SIG_B = {"verdict": "SPLIT", "suspect_ranks": [3], "where": ["train.py:80 eval (in barrier)"]}
+
+
+def test_decide_observe_never_requeues():
+    d = batch.decide("observe", True, True, {}, SIG_A, 0, 1)
+    assert d.action == "keep"
+
+
+def test_decide_fail_requeues_within_budget():
+    d = batch.decide("fail", True, True, {}, SIG_A, 0, 1)
+    assert d.action == "requeue" and "1 of 1" in d.reason
+
+
+def test_decide_no_requeue_flag_is_refused_with_reason():
+    d = batch.decide("fail", False, True, {}, SIG_A, 0, 1)
+    assert d.action == "end" and "--no-requeue" in d.reason
+
+
+def test_decide_repeat_beats_budget_and_names_it():
+    state = {"hang_requeues": 1, "hangs": [{"attempt": 0, "signature": SIG_A}]}
+    d = batch.decide("fail", True, True, state, SIG_A, 1, 1)
+    assert d.action == "end" and "repeat" in d.reason and "attempt 0" in d.reason
+
+
+def test_decide_different_hang_with_budget_left_requeues_again():
+    state = {"hang_requeues": 1, "hangs": [{"attempt": 0, "signature": SIG_A}]}
+    assert batch.decide("fail", True, True, state, SIG_B, 1, 2).action == "requeue"
+    d = batch.decide("fail", True, True, state, SIG_B, 1, 1)
+    assert d.action == "end" and "budget is spent (1 of 1" in d.reason
+
+
+def test_decide_budget_ignores_slurm_restart_count():
+    # attempt 1 after an admin requeue / preemption: our own count is still 0
+    assert batch.decide("fail", True, True, {}, SIG_A, 1, 1).action == "requeue"
+
+
+def test_signature_from_real_report_json():
+    d = json.load(open(os.path.join(REPO, "tests", "fixtures", "slurm", "report_split_rank1.json")))
+    sig = batch.signature(d)
+    assert sig["suspect_ranks"] == [1]
+    assert sig["where"] == ["gloo_divergent.py:54 main (in barrier)"]
+
+
+def test_framed_docs_survive_srun_line_splitting_and_interleaving():
+    docs = []
+    for host in ("hk1", "hk2"):
+        buf = io.StringIO()
+        batch.emit_doc({"host": host, "files": {"x": os.urandom(2500).hex()}}, buf)
+        docs.append(buf.getvalue().splitlines())
+    # srun -l labels every line and interleaves the nodes
+    mixed = []
+    for i in range(max(len(d) for d in docs)):
+        for t, d in enumerate(docs):
+            if i < len(d):
+                mixed.append("%d: %s" % (t, d[i]))
+    got = batch.parse_docs("srun: warning\n" + "\n".join(mixed) + "\n")
+    assert sorted(d["host"] for d in got) == ["hk1", "hk2"]
+    assert all(len(d["files"]["x"]) == 5000 for d in got)
+
+
+def test_incomplete_framed_doc_is_skipped():
+    buf = io.StringIO()
+    batch.emit_doc({"host": "hk1", "data": os.urandom(3000).hex()}, buf)
+    lines = buf.getvalue().splitlines()
+    assert len(lines) > 1
+    assert batch.parse_docs("\n".join(lines[:-1])) == []
+
+
+def _rank_log(d, rank, pid, text):
+    os.makedirs(os.path.join(d, layout.WATCHDOG_DIR), exist_ok=True)
+    p = os.path.join(d, layout.WATCHDOG_DIR, layout.watchdog_log_name(rank, pid))
+    with open(p, "ab") as f:
+        f.write(text)
+    return p
+
+
+def test_view_mirrors_growing_logs_byte_for_byte(tmp_path):
+    src, view = str(tmp_path / "src"), batch.View(str(tmp_path / "view"))
+    p = _rank_log(src, 0, 11, b"# hpc-hangkit rank=0\nfirst dump\n")
+    view.apply(batch.rank_files(src, since=view.sizes))
+    _rank_log(src, 0, 11, b"second dump\n")
+    assert view.apply(batch.rank_files(src, since=view.sizes)) == 1
+    assert view.apply(batch.rank_files(src, since=view.sizes)) == 0   # nothing new
+    with open(os.path.join(view.path, "watchdog", os.path.basename(p)), "rb") as f:
+        assert f.read() == open(p, "rb").read()
+
+
+def test_rank_files_never_follows_symlinks(tmp_path):
+    src = str(tmp_path / "src")
+    _rank_log(src, 0, 11, b"# hpc-hangkit rank=0\n")
+    secret = tmp_path / "secret"
+    secret.write_text("root only")
+    os.symlink(str(secret), os.path.join(src, "watchdog", "rank_1.pid12.log"))
+    files = batch.rank_files(src)
+    assert list(files) == ["watchdog/rank_0.pid11.log"]
+
+
+# --- the prolog, run for real (as root: it chowns) against a temporary scratch root
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the prolog chowns scratch to the job's user: needs root")
+
+
+def _run_prolog(tmp_path, mode="observe", uid=None, extra_env=None):
+    cfg = tmp_path / "config.toml"
+    cfg.write_text('scratch_dir = "%s"\npoll_interval_s = 1\nconfirm_duration_s = 3\n' % (tmp_path / "scratch"))
+    uid = os.getuid() if uid is None else uid
+    env = {"SLURM_JOB_ID": "77", "SLURM_JOB_UID": str(uid), "SLURM_JOB_GID": str(uid),
+           "SLURM_JOB_USER": "x", "SLURM_JOB_RESTART_COUNT": "1", "SPANK_HANGKIT_MODE": mode,
+           "HPC_HANGKIT_CONFIG": str(cfg), "PYTHONPATH": REPO}
+    env.update(extra_env or {})
+    p = subprocess.run([sys.executable, os.path.join(REPO, "slurm", "prolog")], env=env,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30)
+    return p, tmp_path / "scratch" / "job_77" / "attempt_1"
+
+
+@needs_root
+def test_prolog_creates_user_owned_0700_attempt_scratch_and_job_env(tmp_path):
+    p, att = _run_prolog(tmp_path, uid=4321)
+    assert p.returncode == 0, p.stderr
+    st = os.lstat(att)
+    assert st.st_uid == 4321 and stat.S_IMODE(st.st_mode) == 0o700
+    for sub in ("watchdog", "heartbeats", "unwatched", "hang_detector"):
+        assert os.lstat(att / sub).st_uid == 4321
+    env = dict(line.split("=", 1) for line in (att / "hangkit.env").read_text().splitlines()
+               if line and not line.startswith("#"))
+    assert env["HANGKIT_MODE"] == "observe"
+    assert env["HANGKIT_SCRATCH_DIR"] == str(att)
+    assert env["PYTHONPATH"].endswith(os.path.join("hpc_hangkit", "boot"))
+    assert env["HANGKIT_CONFIRM_DURATION_S"] == "3.0"
+    root_st = os.lstat(tmp_path / "scratch")
+    assert root_st.st_uid == 0 and not root_st.st_mode & 0o022
+
+
+@needs_root
+def test_prolog_off_mode_does_nothing(tmp_path):
+    p, att = _run_prolog(tmp_path, mode="off")
+    assert p.returncode == 0 and not (tmp_path / "scratch").exists()
+
+
+@needs_root
+def test_prolog_moves_a_planted_symlink_aside_and_never_follows_it(tmp_path):
+    target = tmp_path / "victim"
+    target.mkdir()
+    os.symlink(str(target), str(tmp_path / "scratch"))
+    p, att = _run_prolog(tmp_path, uid=4321)
+    assert p.returncode == 0
+    assert list(target.iterdir()) == []                     # nothing written through the link
+    assert not os.path.islink(tmp_path / "scratch")          # replaced by a real root-owned dir
+    assert os.lstat(att).st_uid == 4321
+    assert any(n.startswith("scratch.moved-aside.") for n in os.listdir(tmp_path))
+    assert b"moved scratch aside" in p.stderr
+
+
+@needs_root
+def test_prolog_exits_0_on_a_broken_site_config(tmp_path):
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text("confirm_duration_s = 'soon'\n")
+    p, _ = _run_prolog(tmp_path, extra_env={"HPC_HANGKIT_CONFIG": str(cfg)})
+    assert p.returncode == 0
+    assert b"cannot load the site settings" in p.stderr
