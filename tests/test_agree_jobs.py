@@ -36,22 +36,25 @@ def job_env(tmp_path, auto_checkin=False):
     return settings.to_env(scratch, base_env=base), scratch
 
 
+def _out(capture):
+    where = subprocess.PIPE if capture else subprocess.DEVNULL
+    return {"stdout": where, "stderr": where}
+
+
 def start_torch(spawn, env, scenario, capture=False):
+    """4 gloo ranks (env:// rendezvous on 127.0.0.1), each its own process."""
     port = free_port()
     procs = []
     for rank in range(4):
         e = dict(env, RANK=str(rank), WORLD_SIZE="4", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        kw = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE} if capture else {
-            "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
-        procs.append(spawn([sys.executable, os.path.join(JOBS, "torch_job.py"), scenario], env=e, **kw))
+        procs.append(spawn([sys.executable, os.path.join(JOBS, "torch_job.py"), scenario], env=e, **_out(capture)))
     return procs
 
 
 def start_mpi(spawn, env, scenario, capture=False):
-    mpiexec = shutil.which("mpiexec")
-    kw = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE} if capture else {
-        "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
-    return [spawn([mpiexec, "-n", "4", sys.executable, os.path.join(JOBS, "mpi_job.py"), scenario], env=env, **kw)]
+    """``mpiexec -n 4`` (MPICH hydra passes the environment through)."""
+    argv = [shutil.which("mpiexec"), "-n", "4", sys.executable, os.path.join(JOBS, "mpi_job.py"), scenario]
+    return [spawn(argv, env=env, **_out(capture))]
 
 
 def results_of(procs, timeout=150):
