@@ -27,6 +27,7 @@ import signal
 import time
 from typing import Dict, List, Optional
 
+from hpc_hangkit.capture import pid_alive
 from hpc_hangkit.parse.flightrec import FRDump, FRParseError, parse_flightrec
 from hpc_hangkit.ranges import format_ranks
 
@@ -37,16 +38,15 @@ TRIGGER_DIR = "trigger"
 TORCHFRTRACE_DIR = "torchfrtrace"
 DUMP_TIMEOUT_S = 20.0   # the first dump with stack traces took 1-4 s (FINDINGS)
 
-_SYS_TGKILL = {"x86_64": 234, "aarch64": 131, "ppc64le": 250, "i686": 270}
-
-
 def _tgkill(pid: int, tid: int, sig: int) -> None:
-    """Send ``sig`` to thread ``tid`` of process ``pid`` (Linux tgkill). Raises OSError."""
-    nr = _SYS_TGKILL.get(platform.machine())
+    """Send ``sig`` to thread ``tid`` of process ``pid`` (Linux tgkill; syscall numbers from the
+    watchdog core). Raises OSError."""
+    from hpc_hangkit.watchdog import _core
+    nr = _core._SYS_TGKILL.get(platform.machine())
     if nr is None:
         raise OSError("tgkill: unknown syscall number on %s" % platform.machine())
     libc = ctypes.CDLL(None, use_errno=True)
-    if libc.syscall(nr, int(pid), int(tid), int(sig)) != 0:
+    if libc.syscall(ctypes.c_long(nr), ctypes.c_long(pid), ctypes.c_long(tid), ctypes.c_long(sig)) != 0:
         e = ctypes.get_errno()
         raise OSError(e, os.strerror(e))
 
@@ -78,14 +78,6 @@ def _registrations(scratch: str) -> List[dict]:
     return out
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (OSError, IndexError):
-        return False
-
-
 def _write_json(path: str, doc: dict) -> str:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:
@@ -107,7 +99,7 @@ def dump_ranks(scratch: str, hd_dir: str, ranks=None, timeout_s: float = DUMP_TI
     os.makedirs(dst_dir, exist_ok=True)
     regs = {}
     for r in _registrations(scratch):
-        if r["rank"] is not None and _alive(r["pid"]):
+        if r["rank"] is not None and pid_alive(r["pid"]):
             regs[r["rank"]] = r  # a restarted rank re-registers: the live one wins
     t0 = time.time()
     pending = {}

@@ -3,7 +3,7 @@ all_reduce; group {0,1} then waits in the next world collective."""
 import torch
 import torch.distributed as dist
 
-from _common import init, say, warmup
+from _common import init, say, warmup, world_step
 
 
 def tp_step(rank, group, step):
@@ -13,11 +13,6 @@ def tp_step(rank, group, step):
         dist.all_gather(out, t, group=group)  # TP_GATHER_LINE
     else:
         dist.all_reduce(t, group=group)  # TP_REDUCE_LINE
-
-
-def world_step():
-    t = torch.ones(1024)
-    dist.all_reduce(t)  # WORLD_LINE
 
 
 def main():

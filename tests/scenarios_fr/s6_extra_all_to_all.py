@@ -2,7 +2,7 @@
 import torch
 import torch.distributed as dist
 
-from _common import init, say, warmup
+from _common import init, say, warmup, world_step
 
 
 def cp_plan(rank, step):
@@ -14,11 +14,6 @@ def cp_exchange(group, rounds):
         inp = torch.ones(4)
         out = torch.empty(4)
         dist.all_to_all_single(out, inp, group=group)  # CP_LINE
-
-
-def world_step():
-    t = torch.ones(1024)
-    dist.all_reduce(t)  # WORLD_LINE
 
 
 def main():
