@@ -245,6 +245,10 @@ def parse_faulthandler(data: bytes, name: str = "<bytes>") -> ParsedLog:
         offset += len(raw) + 1
         if truncated_at is not None and off >= truncated_at:
             # the last line is incomplete: the whole dump it belongs to is unreliable
+            if b"\x00" in raw or not _decodes(raw):
+                if garbage_start is None:
+                    garbage_start = off
+                garbage_n += 1
             b.warn(off, "file ends mid-line (truncated: the writer died or the copy was cut); "
                         "the incomplete last dump is skipped")
             if b.cur is not None:
@@ -362,6 +366,14 @@ def parse_faulthandler(data: bytes, name: str = "<bytes>") -> ParsedLog:
         log.exit_note = ("log ends mid-dump at byte %d: the process likely died while writing it"
                          % truncated_at)
     return log
+
+
+def _decodes(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
 
 
 def _unknown(b: _Builder, off: int, text: str):
