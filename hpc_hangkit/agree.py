@@ -279,11 +279,12 @@ def collective(func=None, label=None):
     core = _watchdog._core
     checkpoint = _watchdog.checkpoint
 
+    # named for the stack dumps, where this frame shows as "agree.py:N in collective_call"
     @functools.wraps(func)
-    def wrapper(*args, **kwargs):
+    def collective_call(*args, **kwargs):
         if core._state is not None:
             checkpoint(text)
         return func(*args, **kwargs)
 
-    wrapper.__hangkit_label__ = text
-    return wrapper
+    collective_call.__hangkit_label__ = text
+    return collective_call
