@@ -71,6 +71,7 @@ _CHUNK = 1 << 20
 _MAX_DEPTH = 16
 _MAX_FILES = 100000
 _MAX_MANIFEST_BYTES = 32 << 20
+_MANIFEST_EVERY_S = 1.0     # progress writes of the local manifest, at most this often
 
 _ATTEMPT_RE = re.compile(r"^attempt_([0-9]{1,6})$")
 _NUMERIC_ID_RE = re.compile(r"^[0-9]{1,12}$")
@@ -492,6 +493,15 @@ def _load_manifest(tree):
     return man if isinstance(man, dict) and man.get("schema") == MANIFEST_SCHEMA else None
 
 
+def _save(tree, man):
+    """Write the local manifest; a full or broken scratch must not stop the copy
+    (copying is what frees the space), so the error is only recorded."""
+    try:
+        _write_manifest(tree, man)
+    except OSError as e:
+        man["manifest_error"] = "local manifest not written: %s" % (e.strerror or e)
+
+
 def copy_tree(root_fd, dest_url, *, job_id, attempt, host=None, deadline=None,
               delete_local=True, log=None):
     """Copy every regular file under ``root_fd`` to ``dest_url`` (fsspec URL), verified.
@@ -503,8 +513,9 @@ def copy_tree(root_fd, dest_url, *, job_id, attempt, host=None, deadline=None,
     it is still the same inode). An existing identical destination counts as
     copied (idempotent re-runs). ``deadline`` (time.monotonic() value): no new
     file is started after it. Progress is written to ``collect-manifest.json``
-    in the scratch before and after each file, so a kill leaves a truthful
-    manifest. When everything copied, the manifest is uploaded to
+    in the scratch before the first file and then at most every second (and
+    at the end), so a kill leaves a manifest that lists every file not yet
+    copied. When everything copied, the manifest is uploaded to
     ``<dest_url>/collect_<host>.json`` and removed locally, and empty
     directories are pruned.
 
@@ -512,8 +523,8 @@ def copy_tree(root_fd, dest_url, *, job_id, attempt, host=None, deadline=None,
     (some file failed or the deadline passed) or ``no_files``; ``files`` is a
     list of ``{path, size, sha256, state, why, dest}`` with ``state`` in
     ``copied|kept|failed|pending|skipped``. Never raises for storage errors
-    (they land in the manifest); raises OSError only if the manifest itself
-    cannot be written.
+    (they land in the manifest); a local manifest that cannot be written
+    (full scratch) is noted in ``manifest_error`` and the copy goes on.
     """
     host = host or socket.gethostname()
     tree = _Tree(root_fd)
@@ -536,7 +547,7 @@ def copy_tree(root_fd, dest_url, *, job_id, attempt, host=None, deadline=None,
         man["status"] = "no_files"
         tree.remove(MANIFEST_NAME)
         return man
-    _write_manifest(tree, man)
+    _save(tree, man)
     try:
         fs, root = _fs_and_root(dest_url)
     except Exception as e:  # noqa: BLE001 -- unknown protocol, missing s3fs, bad URL
@@ -544,9 +555,10 @@ def copy_tree(root_fd, dest_url, *, job_id, attempt, host=None, deadline=None,
         for rel, _ in files:
             entries[rel].update(state="failed", why=why)
         man.update(status="incomplete", reason=why)
-        _write_manifest(tree, man)
+        _save(tree, man)
         return man
     failures = 0
+    last_write = time.monotonic()
     for rel, _ in files:
         ent = entries[rel]
         if deadline is not None and time.monotonic() >= deadline:
@@ -555,7 +567,9 @@ def copy_tree(root_fd, dest_url, *, job_id, attempt, host=None, deadline=None,
             continue
         dest = root + "/" + _dest_rel(rel)
         ent["dest"] = dest
-        _write_manifest(tree, man)      # records which file is in flight
+        if time.monotonic() - last_write >= _MANIFEST_EVERY_S:
+            _save(tree, man)      # progress, in case this process is killed
+            last_write = time.monotonic()
         try:
             fd, st = tree.open_regular(rel)
         except OSError as e:
@@ -581,6 +595,7 @@ def copy_tree(root_fd, dest_url, *, job_id, attempt, host=None, deadline=None,
             except Exception as e:  # noqa: BLE001 -- every storage error is recorded
                 ent.update(state="failed", why="%s: %s" % (type(e).__name__, e))
                 failures += 1
+                _remove_partial(fs, dest)
                 if log:
                     log("copy %s -> %s failed: %s" % (rel, dest, ent["why"]))
                 continue
@@ -601,7 +616,7 @@ def copy_tree(root_fd, dest_url, *, job_id, attempt, host=None, deadline=None,
         man.update(status="incomplete",
                    reason="%d of %d files not copied: %s" % (failures, len(files),
                                                             "; ".join(reasons)[:2000]))
-        _write_manifest(tree, man)
+        _save(tree, man)
         return man
     man["status"] = "complete"
     man["updated"] = _now()
@@ -614,6 +629,15 @@ def copy_tree(root_fd, dest_url, *, job_id, attempt, host=None, deadline=None,
     if delete_local:
         tree.prune_empty_dirs()
     return man
+
+
+def _remove_partial(fs, dest):
+    """Best effort: a half-written object must not hold space on a full store."""
+    try:
+        if fs.exists(dest):
+            fs.rm_file(dest)
+    except Exception:  # noqa: BLE001 -- the manifest already says it failed
+        pass
 
 
 def _sha256_fd(fd):
@@ -653,8 +677,10 @@ def _drop_privileges(uid, gid, user=None):
     if uid == 0:
         return
     try:
-        if user:
-            os.initgroups(user, gid)
+        import pwd
+
+        if user and pwd.getpwnam(user).pw_uid == uid:
+            os.initgroups(user, gid)      # the user's project groups (shared storage)
         else:
             os.setgroups([gid])
     except (OSError, KeyError):
@@ -817,15 +843,21 @@ def _collect_one(scratch_dir, job_id, attempt, storage_url, *, uid, gid, user, d
 def _record_not_copied(tree, job_id, attempt, host, dest, status, why):
     """Leave (or complete) the local manifest: every file not copied gets ``why``."""
     man = _load_manifest(tree)
+    files, skipped = tree.scan()
     if man is None:
-        files, skipped = tree.scan()
         if not files:
             return {"status": "no_files"}
         man = _new_manifest(job_id, attempt, host, dest)
         man["files"] = ([{"path": r, "size": s, "state": "pending", "why": None} for r, s in files]
                         + [{"path": r, "state": "skipped", "why": w} for r, w in skipped])
+    present = {r for r, _ in files}
     for ent in man.get("files", []):
-        if ent.get("state") in ("pending", "failed") and not ent.get("why"):
+        if ent.get("state") in ("pending", "failed", "kept") and ent.get("path") not in present:
+            # progress is recorded at most every second: this one was copied,
+            # verified and deleted after the last record (only we delete)
+            ent.update(state="copied", why="not in scratch any more: copied before the collector"
+                                            " was stopped (or removed by the user)")
+        elif ent.get("state") in ("pending", "failed") and not ent.get("why"):
             ent["why"] = why
     man.update(status=status, reason=why)
     _write_manifest(tree, man)

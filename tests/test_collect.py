@@ -277,3 +277,39 @@ def test_collect_never_moves_a_possibly_running_attempts_scratch(area, fh_dump):
     assert not sel({"state": "COMPLETING", "attempt": 0})(0, True)
     assert sel({"state": "COMPLETED", "attempt": 0})(0, False)
     assert sel(None)(0, True) and not sel(None)(0, False)
+
+
+@pytest.mark.timeout(60)
+def test_full_storage_keeps_local_then_finishes_when_space_returns(area):
+    """Scenario 13 with a full store: a 1 MiB file system and 3 MiB of dumps."""
+    import subprocess
+
+    uid, gid, _ = job_user()
+    small, big = b"s" * 1000, os.urandom(3 << 20)
+    d = area.make_attempt("111", 0, uid, gid, {"watchdog/rank_0.pid1.log": small,
+                                              "hang_detector/flight_recorder/rank_0.json": big})
+    m = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=1777", "tmpfs", area.storage],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    if m.returncode != 0:
+        pytest.skip("a full store is simulated with a 1 MiB tmpfs, and mounting one needs"
+                    " CAP_SYS_ADMIN: %s" % m.stdout.decode().strip())
+    try:
+        res = _run(area, "111")
+        assert res["status"] == "incomplete" and res["failed"] == 1, res
+        man = json.load(open(os.path.join(d, collect.MANIFEST_NAME)))
+        failed = [f for f in man["files"] if f["state"] == "failed"]
+        assert [f["path"] for f in failed] == ["hang_detector/flight_recorder/rank_0.json"]
+        assert "No space left" in failed[0]["why"]
+        assert open(os.path.join(d, failed[0]["path"]), "rb").read() == big
+        _, stored = _stored(area, "111")
+        assert "hang_detector/flight_recorder/rank_0.json" not in stored, "partial removed"
+        assert not os.path.exists(os.path.join(d, "watchdog/rank_0.pid1.log")), \
+            "the file that fit was copied, verified and deleted locally"
+        subprocess.run(["mount", "-o", "remount,size=16m", area.storage], check=True)
+        out = collect.finish_local("111", settings=area.settings())
+        assert [r["status"] for r in out] == ["complete"], out
+        _, stored = _stored(area, "111")
+        assert open(stored["hang_detector/flight_recorder/rank_0.json"], "rb").read() == big
+        assert open(stored["hang_detector/watchdog/rank_0.pid1.log"], "rb").read() == small
+    finally:
+        subprocess.run(["umount", "-l", area.storage])
