@@ -60,7 +60,7 @@ __all__ = [
     "is_library_frame", "user_frame", "collective_of", "rank_facts", "positions",
     "summarize_node", "summarize_dir", "merge", "build_report", "report_from_dir",
     "report_from_summary_and_dir", "add_sections", "read_dir", "rank_from_name", "short_where",
-    "short_error",
+    "short_error", "adopt_sections",
 ]
 
 log = logging.getLogger("hpc_hangkit.rollcall")
@@ -102,8 +102,8 @@ def is_library_frame(f: Frame) -> bool:
     if f.native:
         return True
     p = f.file
-    if p.startswith("<"):
-        return True
+    if p.startswith("<"):  # <frozen importlib._bootstrap> is library; <string>, <stdin> are the user's
+        return p.startswith("<frozen") or p.startswith("<built-in")
     if "site-packages" in p or "dist-packages" in p or "/hpc_hangkit/" in p:
         return True
     if re.search(r"/lib/python\d", p) or re.search(r"/lib/pypy", p):
@@ -1207,7 +1207,7 @@ def _apply_timing(facts: Dict[int, dict]) -> None:
         hb = f.get("hb")
         lw = f.get("last_write")
         if f.get("state") == "stuck" and hb and lw is not None and hb.get("counter", 0) > 0 \
-                and hb["wall_s"] > lw + 0.5:
+                and hb["wall_s"] > lw + 0.01:
             f["state"] = "progressing"
             f["detail"] = "checked in (%s) %.0f s after its last dump: moving" % (
                 json.dumps(hb.get("label") or ""), hb["wall_s"] - lw)
@@ -1221,7 +1221,7 @@ def _apply_timing(facts: Dict[int, dict]) -> None:
                              "(exited, killed, or its node is gone)" % silent)
 
 
-def _adopt_sections(rep: Report):
+def adopt_sections(rep: Report):
     """The extension rule: when the stacks say TOGETHER or INCONCLUSIVE and a section
     (Flight Recorder first, then NCCL RAS) gives a verdict, adopt it and its suspects,
     with a warning naming the source; a RAS verdict of TOGETHER never adds suspects."""
@@ -1356,4 +1356,4 @@ def add_sections(rep: Report, path: str) -> None:
             continue
         if sec is not None:
             rep.sections[name] = sec
-    _adopt_sections(rep)
+    adopt_sections(rep)
