@@ -152,3 +152,21 @@ def test_scenario13_stalled_s3_epilog_in_budget_then_collect_finishes(area, spaw
     assert c.returncode == 0, c.stderr
     rep = json.loads(c.stdout)
     assert "verdict" in rep
+
+
+def test_epilog_of_an_unarmed_job_does_nothing(area):
+    """Mode off (or no SPANK plugin): the prolog made no scratch, so the epilog
+    returns at once without importing hpc_hangkit."""
+    uid, gid, user = job_user()
+    d = area.make_attempt("306", 0, uid, gid, {"watchdog/rank_0.pid9.log": b"x\n"})
+    cfg = write_site_toml(area, "file://" + area.storage)
+    for mode in ("off", None):
+        env = epilog_env(306, uid, gid, user, extra={"HPC_HANGKIT_CONFIG": cfg})
+        if mode is None:
+            del env["SPANK_HANGKIT_MODE"]
+        else:
+            env["SPANK_HANGKIT_MODE"] = mode
+        p, _ = run_epilog(env)
+        assert p.returncode == 0 and p.stderr == b""
+    assert os.path.exists(os.path.join(d, "watchdog/rank_0.pid9.log"))
+    assert os.listdir(area.storage) == []
