@@ -479,7 +479,7 @@ def _global_rank_map(hd_dir: str, polls: List[RasPoll]) -> Dict[Tuple[str, int],
                 cands = by_pid.get(r.pid, [])
                 if len(cands) > 1:
                     cands = [h for h in cands if h.host == r.host or addr(h.host) == r.host]
-                if len(cands) == 1 and cands[0].rank is not None:
+                if len(cands) == 1 and cands[0].rank is not None and cands[0].rank >= 0:
                     out[(r.host, r.pid)] = int(cands[0].rank)
     return out
 

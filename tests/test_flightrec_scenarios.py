@@ -143,3 +143,54 @@ def test_trigger_costs_nothing_without_torch_distributed(tmp_path):
     assert r.returncode == 0, r.stderr
     assert r.stdout.split()[-1] == "False"
     assert not (tmp_path / "flight_recorder").exists()
+
+
+def _one_rank(spawn, tmp_path, mode, fr_buffer="2000"):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    env = dict(os.environ, RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+               HANGKIT_MODE="observe", HANGKIT_SCRATCH_DIR=str(scratch), TORCH_FR_BUFFER_SIZE=fr_buffer,
+               PYTHONPATH=BOOT)
+    out = tmp_path / "out.txt"
+    spawn([sys.executable, os.path.join(SC, "launch.py"), os.path.join(SC, "one_rank_block.py"), mode], env=env,
+          stdout=open(out, "w"), stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while "ready" not in out.read_text():
+        assert time.monotonic() < deadline, out.read_text()
+        time.sleep(0.2)
+    time.sleep(0.5)
+    return scratch
+
+
+@pytest.mark.timeout(90)
+def test_rank_holding_the_gil_gets_a_dump_error_file(spawn, tmp_path):
+    scratch = _one_rank(spawn, tmp_path, "gil")
+    hd = tmp_path / "hd"
+    t0 = time.monotonic()
+    written = dump_ranks(str(scratch), str(hd), ranks=[0], timeout_s=3)
+    assert time.monotonic() - t0 < 10
+    import json
+    doc = json.loads(open(written[0]).read())
+    assert list(doc) == ["dump_error"] and "GIL" in doc["dump_error"]
+    sec = section_from_dir(str(hd))
+    assert "rank 0: no dump:" in "\n".join(sec["text"]) and sec["verdict"] is None
+
+
+@pytest.mark.timeout(90)
+def test_flight_recorder_off_gives_dump_error_not_silence(spawn, tmp_path):
+    scratch = _one_rank(spawn, tmp_path, "sleep", fr_buffer="0")
+    written = dump_ranks(str(scratch), str(tmp_path / "hd"), ranks=[0], timeout_s=3)
+    import json
+    doc = json.loads(open(written[0]).read())
+    assert list(doc) == ["dump_error"] and "TORCH_FR_BUFFER_SIZE=0" in doc["dump_error"]
+
+
+@pytest.mark.timeout(90)
+def test_live_rank_dump_has_entries_and_frames(spawn, tmp_path):
+    scratch = _one_rank(spawn, tmp_path, "sleep")
+    written = dump_ranks(str(scratch), str(tmp_path / "hd"), ranks=[0], timeout_s=20)
+    dumps, warns = read_dumps(str(tmp_path / "hd" / "flight_recorder"))
+    (d,) = dumps
+    assert not warns and d.error is None and d.entries[-1].op == "all_reduce"
+    assert d.entries[-1].where().endswith("one_rank_block.py:%d (<module>)" % line_of("one_rank_block.py", "ONE_LINE"))
+    assert os.path.exists(str(tmp_path / "hd" / "flight_recorder" / "rank_0.pickle"))

@@ -338,3 +338,48 @@ def test_silent_peer_is_killed_at_our_timeout(standin, monkeypatch):
     assert 1.9 <= took < 5, took
     assert "no answer within 2 s" in c.last_error and "retrying" in c.last_error
     assert not c.disabled
+
+
+def _heartbeat(d, rank, pid, host):
+    """A heartbeat record in the watchdog core's own format (what an armed rank writes)."""
+    from hpc_hangkit.boot import _hangkit_core as core
+    path = os.path.join(str(d), core.rank_file_name(rank, pid, core.HEARTBEAT_SUFFIX))
+    m = core._create_heartbeat(path, (core.HB_MAGIC, core.HB_VERSION, core.HB_SIZE, rank, 8, rank % 4, pid, pid,
+                                      23, 30.0, time.time(), time.monotonic(), host.encode()))
+    m.close()
+
+
+def test_subcomm_ranks_mapped_to_global_ranks_through_heartbeats(tmp_path):
+    """TP communicator {4-7}: its comm rank 2 is global rank 6 (host 192.0.2.12, pid 20117)."""
+    d = tmp_path / "nccl_ras"
+    d.mkdir()
+    for n in ("01", "02"):
+        shutil.copy(os.path.join(NCCL, "c_tp_subcomm_hang_minimal.json"), d / ("ncclras_%s.json" % n))
+    hb = tmp_path / "heartbeats"
+    hb.mkdir()
+    poll = load("c_tp_subcomm_hang_minimal.json")
+    for r in poll.comms[WORLD].ranks:  # the world communicator: comm rank == global rank
+        _heartbeat(hb, r.rank, r.pid, "node-%s" % r.host.rsplit(".", 1)[-1])
+    sec = section_from_dir(str(tmp_path))
+    (c,) = sec["communicators"]
+    assert c["behind_comm_ranks"] == [2] and c["behind_global_ranks"] == [6]
+    assert sec["suspect_ranks"] == [6]
+    assert "ranks behind: 2 (global 6)" in "\n".join(sec["text"])
+
+
+def test_slow_drift_is_told_apart_from_a_sudden_stop(tmp_path):
+    """Rank 5 falls 1, 2, 3 AllReduce behind while everyone still advances, then all stop: a straggler."""
+    with open(os.path.join(NCCL, "b_history", "poll_01.json")) as f:
+        base = json.load(f)
+    d = tmp_path / "nccl_ras"
+    d.mkdir()
+    for i, (adv, lag) in enumerate([(0, 0), (10, 1), (20, 2), (30, 3), (30, 3), (30, 3)]):
+        doc = json.loads(json.dumps(base))
+        doc["timestamp"] = "2026-06-11 14:%02d:00" % i
+        for r in doc["communicators"][0]["ranks"]:
+            r["collective_counts"]["AllReduce"] += adv - (lag if r["rank"] == 5 else 0)
+        (d / ("ncclras_%02d.json" % i)).write_text(json.dumps(doc, indent=2))
+    sec = section_from_dir(str(tmp_path))
+    (c,) = sec["communicators"]
+    assert c["pattern"] == "drift" and c["behind_comm_ranks"] == [5] and c["frozen_polls"] == 2
+    assert "straggler" in "\n".join(sec["text"])
