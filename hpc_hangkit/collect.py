@@ -71,7 +71,9 @@ _CHUNK = 1 << 20
 _MAX_DEPTH = 16
 _MAX_FILES = 100000
 _MAX_MANIFEST_BYTES = 32 << 20
-_MANIFEST_EVERY_S = 1.0     # progress writes of the local manifest, at most this often
+_MANIFEST_EVERY_S = 1.0
+#: skipped entries removed from scratch after a complete copy (recorded in the manifest)
+_JUNK = ("symlink", "not a regular file (fifo)", "not a regular file (socket)")     # progress writes of the local manifest, at most this often
 
 _ATTEMPT_RE = re.compile(r"^attempt_([0-9]{1,6})$")
 _NUMERIC_ID_RE = re.compile(r"^[0-9]{1,12}$")
@@ -267,6 +269,22 @@ class _Tree:
             if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
                 raise OSError(errno.ESTALE, "file was replaced during the copy")
             os.unlink(name, dir_fd=pfd)
+        finally:
+            if pfd != self.root_fd:
+                os.close(pfd)
+
+    def unlink_junk(self, rel):
+        """Remove a symlink, fifo or socket (unlink never follows a link)."""
+        try:
+            pfd, name = self._parent(rel)
+        except (OSError, ValueError):
+            return
+        try:
+            st = os.stat(name, dir_fd=pfd, follow_symlinks=False)
+            if stat.S_ISLNK(st.st_mode) or stat.S_ISFIFO(st.st_mode) or stat.S_ISSOCK(st.st_mode):
+                os.unlink(name, dir_fd=pfd)
+        except OSError:
+            pass
         finally:
             if pfd != self.root_fd:
                 os.close(pfd)
@@ -516,8 +534,9 @@ def copy_tree(root_fd, dest_url, *, job_id, attempt, host=None, deadline=None,
     in the scratch before the first file and then at most every second (and
     at the end), so a kill leaves a manifest that lists every file not yet
     copied. When everything copied, the manifest is uploaded to
-    ``<dest_url>/collect_<host>.json`` and removed locally, and empty
-    directories are pruned.
+    ``<dest_url>/collect_<host>.json`` and removed locally; skipped
+    symlinks, fifos and sockets are unlinked (never followed) and empty
+    directories pruned.
 
     Returns the manifest dict: ``status`` is ``complete``, ``incomplete``
     (some file failed or the deadline passed) or ``no_files``; ``files`` is a
@@ -627,6 +646,9 @@ def copy_tree(root_fd, dest_url, *, job_id, attempt, host=None, deadline=None,
         man["reason"] = "data copied; storage manifest not written: %s" % e
     tree.remove(MANIFEST_NAME)
     if delete_local:
+        for rel, why in skipped:
+            if why.startswith(_JUNK):
+                tree.unlink_junk(rel)
         tree.prune_empty_dirs()
     return man
 

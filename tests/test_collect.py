@@ -117,9 +117,14 @@ def test_planted_symlinks_fifo_and_root_only_file_are_not_copied(area, fh_dump):
     assert "symlink" in why["watchdog/rank_1.pid6.log"]
     assert "fifo" in why["watchdog/rank_2.pid7.log"]
     assert "Permission denied" in why["rootfile.txt"], "read as the user, not root"
-    # the secret and the planted entries are untouched
+    # the secret is untouched; the planted links and the fifo are gone from
+    # scratch (unlinked, not followed); the unreadable root file stays
     assert open(secret, "rb").read() == SECRET
-    assert os.path.islink(os.path.join(d, "watchdog", "rank_1.pid6.log"))
+    assert os.listdir(secret_dir) == ["shadow"]
+    assert not os.path.lexists(os.path.join(d, "watchdog", "rank_1.pid6.log"))
+    assert not os.path.lexists(os.path.join(d, "heartbeats"))
+    assert not os.path.lexists(os.path.join(d, "watchdog", "rank_2.pid7.log"))
+    assert open(os.path.join(d, "rootfile.txt"), "rb").read() == SECRET
 
 
 @pytest.mark.timeout(60)
