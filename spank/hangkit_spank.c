@@ -211,10 +211,25 @@ static int _key_ok(const char *k, size_t n)
 /* One KEY=VALUE line. PYTHONPATH is prepended to the user's, HANGKIT_MODE
  * is the plugin's own, HANGKIT_SCRATCH_DIR always wins, anything else the
  * user set in the job environment wins over the site value. */
+static int strip_only = 0;      /* step with --hang-detect=off in an armed job */
+
 static void _apply(spank_t sp, char *key, char *val)
 {
 	char old[PATH_MAX * 4];
 
+	if (strip_only) {
+		/* take the boot directory back out of an inherited PYTHONPATH */
+		size_t vl = strlen(val);
+		if (strcmp(key, "PYTHONPATH") ||
+		    spank_getenv(sp, "PYTHONPATH", old, sizeof(old))
+		    != ESPANK_SUCCESS || strncmp(old, val, vl))
+			return;
+		if (old[vl] == '\0')
+			spank_unsetenv(sp, "PYTHONPATH");
+		else if (old[vl] == ':')
+			spank_setenv(sp, "PYTHONPATH", old + vl + 1, 1);
+		return;
+	}
 	if (!strcmp(key, "HANGKIT_MODE"))
 		return;
 	if (!strcmp(key, "PYTHONPATH")) {
@@ -351,8 +366,19 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av)
 	uint32_t stepid = 0;
 
 	_parse_args(ac, av);
-	if (spank_context() != S_CTX_REMOTE || !strcmp(_mode(), "off"))
+	if (spank_context() != S_CTX_REMOTE)
 		return 0;
+	if (!strcmp(_mode(), "off")) {
+		/* an off step of an armed job inherits the batch script's
+		 * PYTHONPATH: strip the boot dir (quietly if there is no file) */
+		char path[PATH_MAX];
+		if (!_env_path(sp, path, sizeof(path)) && !access(path, R_OK)) {
+			strip_only = 1;
+			_apply_env_file(sp);
+			strip_only = 0;
+		}
+		return 0;
+	}
 	if (_apply_env_file(sp) == 0)
 		env_applied = 1;
 	if (!bin || !env_applied)

@@ -1,0 +1,384 @@
+"""Real-cluster tests: the 2-node Slurm test cluster (slurm/testbed/up.sh), the
+SPANK plugin, the prolog, the batch-step monitor and fail-mode requeue.
+
+Every job is submitted as the ordinary user ``hkuser`` (never root), with a
+clean environment, from the shared work directory of the testbed. Every job a
+test submits is cancelled in teardown. The site TOML of the testbed sets short
+windows (poll 1 s, confirm 6 s) and ``max_hang_requeues = 1``.
+"""
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import free_port
+from hpc_hangkit import slurm
+
+pytestmark = pytest.mark.slurm
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HK_ROOT = os.environ.get("HK_ROOT", "/var/tmp/hk-slurm")
+WORK = os.path.join(HK_ROOT, "work")
+STORAGE = os.path.join(HK_ROOT, "storage")
+SITE_TOML = os.path.join(HK_ROOT, "etc", "config.toml")
+USER = "hkuser"
+TERMINAL = ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
+            "DEADLINE", "PREEMPTED")
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    """The running test cluster; brings it up (idempotent, well under a second when up)."""
+    if os.geteuid() != 0:
+        pytest.skip("the Slurm test cluster needs root: it installs packages and starts slurmctld/slurmd")
+    env = dict(os.environ, HK_PYTHON=sys.executable, HK_ROOT=HK_ROOT)
+    p = subprocess.run(["bash", os.path.join(REPO, "slurm", "testbed", "up.sh")], env=env,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=900)
+    if p.returncode != 0:
+        pytest.fail("slurm/testbed/up.sh failed:\n" + p.stdout.decode(errors="replace")[-3000:])
+    shutil.copy(os.path.join(REPO, "examples", "gloo_divergent.py"), os.path.join(WORK, "gloo_divergent.py"))
+    os.chmod(os.path.join(WORK, "gloo_divergent.py"), 0o644)
+    return HK_ROOT
+
+
+def user_env():
+    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/home/" + USER, "USER": USER,
+            "LOGNAME": USER, "LANG": "C.UTF-8"}
+
+
+def as_user(argv, timeout=60):
+    runuser = shutil.which("runuser") or "/usr/sbin/runuser"
+    return subprocess.run([runuser, "-u", USER, "--"] + argv, cwd=WORK, env=user_env(),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
+
+
+@pytest.fixture
+def jobs(cluster):
+    """Submit as hkuser: ``jobs.submit(name, script_text, *sbatch_args) -> job id``; all cancelled at teardown."""
+    submitted = []
+
+    class _Jobs:
+        def submit(self, name, text, *args):
+            path = os.path.join(WORK, "%s-%d.sh" % (name, os.getpid()))
+            with open(path, "w") as f:
+                f.write(text)
+            os.chmod(path, 0o755)
+            p = as_user(["sbatch", "--parsable"] + list(args) + [path])
+            assert p.returncode == 0, p.stderr.decode()
+            jid = p.stdout.decode().strip().split(";")[0]
+            submitted.append(jid)
+            return jid
+
+    yield _Jobs()
+    for j in submitted:
+        subprocess.run(["scancel", j], stderr=subprocess.DEVNULL, timeout=30)
+
+
+def wait_for(cond, timeout, what, step=0.5):
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        v = cond()
+        if v:
+            return v
+        time.sleep(step)
+    raise AssertionError("timed out after %.0f s waiting for %s" % (timeout, what))
+
+
+def info(j):
+    return slurm.job_info(j)
+
+
+def wait_end(j, timeout):
+    return wait_for(lambda: (lambda i: i if i.state in TERMINAL else None)(info(j)), timeout,
+                    "job %s to end" % j)
+
+
+def out_of(j):
+    p = os.path.join(WORK, "out-%s.txt" % j)
+    return open(p, errors="replace").read() if os.path.exists(p) else ""
+
+
+def node_scratch(node, j, attempt=0):
+    return os.path.join(HK_ROOT, "nodes", node, "tmp", "hpc-hangkit", "job_%s" % j, "attempt_%d" % attempt)
+
+
+def gloo_script(hang_when="always", time_min=2):
+    """A 4-rank gloo job across both nodes (2 per node) where rank 1 skips an all_reduce.
+
+    hang_when: "always", "first" (attempt 0 only: later attempts complete) or
+    "second" (attempt with SLURM_RESTART_COUNT=1 only).
+    """
+    port = free_port()
+    cond = {"always": "true", "first": '[ "${SLURM_RESTART_COUNT:-0}" = 0 ]',
+            "second": '[ "${SLURM_RESTART_COUNT:-0}" = 1 ]'}[hang_when]
+    return """#!/bin/bash
+#SBATCH -N2 --ntasks-per-node=2 -t %(t)d -o %(work)s/out-%%j.txt --open-mode=append
+echo "attempt restart_count=${SLURM_RESTART_COUNT:-unset} mode=$HANGKIT_MODE"
+export MASTER_ADDR=127.0.0.1 MASTER_PORT=$((%(port)d + ${SLURM_RESTART_COUNT:-0})) WORLD_SIZE=$SLURM_NTASKS
+if %(cond)s; then SKIP=3; else SKIP=-1; fi
+if [ "${SLURM_RESTART_COUNT:-0}" = 0 ] && [ -n "$HK_WAIT_FOR_ADMIN_REQUEUE" ]; then sleep 300; fi
+srun bash -c 'RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID exec %(py)s %(work)s/gloo_divergent.py --skip-step '$SKIP
+echo "job script done rc=$?"
+""" % {"t": time_min, "work": WORK, "port": port, "cond": cond, "py": sys.executable}
+
+
+# --------------------------------------------------------------------------- cluster
+
+@pytest.mark.timeout(300)
+def test_testbed_up_is_idempotent_and_down_up_cycles(cluster):
+    env = dict(os.environ, HK_PYTHON=sys.executable, HK_ROOT=HK_ROOT)
+    up = os.path.join(REPO, "slurm", "testbed", "up.sh")
+    down = os.path.join(REPO, "slurm", "testbed", "down.sh")
+    pid_file = os.path.join(HK_ROOT, "run", "slurmctld.pid")
+    pid = open(pid_file).read().strip()
+    p = subprocess.run(["bash", up], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300)
+    assert p.returncode == 0 and b"restarting" not in p.stdout and b"starting slurmctld" not in p.stdout
+    assert open(pid_file).read().strip() == pid                   # nothing restarted
+    assert subprocess.run(["bash", down], env=env, timeout=120).returncode == 0
+    assert subprocess.run(["bash", down], env=env, timeout=120).returncode == 0   # down twice: fine
+    assert not os.path.exists(pid_file)
+    p = subprocess.run(["bash", up], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300)
+    assert p.returncode == 0, p.stdout.decode()[-2000:]
+    assert b"smoke: " in p.stdout and b"hk1" in p.stdout and b"hk2" in p.stdout
+    q = as_user(["srun", "-N2", "-n2", "-l", "hostname"])
+    assert sorted(q.stdout.decode().split()) == ["0:", "1:", "hk1", "hk2"]
+
+
+# --------------------------------------------------------------------------- SPANK
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("cmd", [["sbatch", "--wrap=true"], ["srun", "true"], ["salloc", "true"]])
+def test_bogus_mode_refused_at_submit(cluster, cmd):
+    p = as_user([cmd[0], "--hang-detect=bogus"] + cmd[1:])
+    assert p.returncode != 0
+    err = p.stderr.decode()
+    assert "invalid --hang-detect value 'bogus'" in err and "off, observe, fail" in err
+
+
+@pytest.mark.timeout(60)
+def test_option_listed_in_help(cluster):
+    for c in ("sbatch", "srun", "salloc"):
+        assert "--hang-detect=MODE" in as_user([c, "--help"]).stdout.decode()
+
+
+ENV_JOB = """#!/bin/bash
+#SBATCH -N2 --ntasks-per-node=1 -t 2 -o %(work)s/out-%%j.txt
+echo "batch HANGKIT_MODE=$HANGKIT_MODE SCRATCH=$HANGKIT_SCRATCH_DIR PP=$PYTHONPATH FR=$TORCH_FR_BUFFER_SIZE CONFIRM=$HANGKIT_CONFIRM_DURATION_S"
+srun -l bash -c 'echo "task $(hostname) HANGKIT_MODE=$HANGKIT_MODE SCRATCH=$HANGKIT_SCRATCH_DIR PP=$PYTHONPATH"'
+touch %(work)s/ready-$SLURM_JOB_ID
+sleep 30
+""" % {"work": WORK}
+
+
+def _lines(text, prefix):
+    return [ln for ln in text.splitlines() if prefix in ln]
+
+
+@pytest.mark.timeout(120)
+def test_site_default_mode_reaches_batch_tasks_and_prolog(jobs):
+    j = jobs.submit("envjob", ENV_JOB)          # no --hang-detect: site default (observe)
+    wait_for(lambda: os.path.exists(os.path.join(WORK, "ready-%s" % j)), 60, "job %s to start" % j)
+    out = out_of(j)
+    att = "/tmp/hpc-hangkit/job_%s/attempt_0" % j
+    assert "batch HANGKIT_MODE=observe SCRATCH=%s" % att in out
+    assert "CONFIRM=6.0" in out                                      # the site TOML's value
+    tasks = _lines(out, "task hk")
+    assert len(tasks) == 2 and all("HANGKIT_MODE=observe" in t and "SCRATCH=" + att in t for t in tasks)
+    assert all(t.split("PP=")[1].endswith("hpc_hangkit/boot") for t in tasks)
+    uid = int(subprocess.check_output(["id", "-u", USER]))
+    for node in ("hk1", "hk2"):                                     # the prolog ran on both nodes
+        st = os.lstat(node_scratch(node, j))
+        assert st.st_uid == uid and stat.S_IMODE(st.st_mode) == 0o700
+        env_file = os.path.join(node_scratch(node, j), "hangkit.env")
+        assert "HANGKIT_MODE=observe" in open(env_file).read()
+        parent = os.lstat(os.path.dirname(node_scratch(node, j)))
+        assert parent.st_uid == 0
+    # the batch-step monitor runs as the job's user, once
+    def monitors():
+        """(pid, uid) of the processes running `slurm-monitor` for this job (SLURM_JOB_ID in /proc)."""
+        found = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                cmd = open("/proc/%s/cmdline" % pid, "rb").read().split(b"\0")
+                env = open("/proc/%s/environ" % pid, "rb").read().split(b"\0")
+                uid = os.stat("/proc/%s" % pid).st_uid
+            except OSError:
+                continue
+            if b"slurm-monitor" in cmd and ("SLURM_JOB_ID=%s" % j).encode() in env:
+                found.append((int(pid), uid))
+        return found
+    wait_for(monitors, 30, "the batch-step monitor")
+    time.sleep(2)
+    mons = monitors()
+    assert len(mons) == 1 and mons[0][1] == uid, mons
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("mode", ["off", "fail"])
+def test_option_overrides_site_default(jobs, mode):
+    j = jobs.submit("envjob", ENV_JOB, "--hang-detect=" + mode)
+    wait_for(lambda: os.path.exists(os.path.join(WORK, "ready-%s" % j)), 60, "job %s to start" % j)
+    out = out_of(j)
+    assert "batch HANGKIT_MODE=%s " % mode in out
+    assert all("HANGKIT_MODE=%s " % mode in t for t in _lines(out, "task hk"))
+    if mode == "off":
+        assert "SCRATCH= " in out and "PP= " in out                  # nothing armed
+        assert not os.path.exists(os.path.dirname(node_scratch("hk1", j)))
+    else:
+        assert os.path.isdir(node_scratch("hk2", j))
+
+
+@pytest.mark.timeout(120)
+def test_step_option_overrides_job_mode(jobs):
+    text = """#!/bin/bash
+#SBATCH -N1 -t 2 -o %s/out-%%j.txt
+srun --hang-detect=off bash -c 'echo "step HANGKIT_MODE=$HANGKIT_MODE PP=$PYTHONPATH"'
+""" % WORK
+    j = jobs.submit("stepopt", text, "--hang-detect=observe")
+    wait_end(j, 60)
+    assert "step HANGKIT_MODE=off PP=" in out_of(j).splitlines()   # boot dir taken out again
+
+
+@pytest.mark.timeout(120)
+def test_prolog_survives_planted_symlink_and_node_stays_idle(jobs):
+    # hkuser plants /tmp/hpc-hangkit -> a directory of its own on node hk2
+    node_tmp = os.path.join(HK_ROOT, "nodes", "hk2", "tmp")
+    root = os.path.join(node_tmp, "hpc-hangkit")
+    aside = os.path.join(node_tmp, "planted-target")
+    if os.path.lexists(root):
+        os.rename(root, root + ".pre-test.%d" % time.time_ns())
+    os.makedirs(aside, exist_ok=True)
+    uid = int(subprocess.check_output(["id", "-u", USER]))
+    os.chown(aside, uid, uid)
+    os.symlink(aside, root)
+    os.lchown(root, uid, uid)
+    j = jobs.submit("envjob", ENV_JOB)
+    wait_for(lambda: os.path.exists(os.path.join(WORK, "ready-%s" % j)), 60, "job %s to start" % j)
+    assert os.listdir(aside) == []                           # nothing went through the link
+    st = os.lstat(root)
+    assert stat.S_ISDIR(st.st_mode) and st.st_uid == 0
+    assert os.path.isdir(node_scratch("hk2", j))
+    subprocess.run(["scancel", j], timeout=30)
+    wait_end(j, 60)
+    states = subprocess.check_output(["sinfo", "-h", "-N", "-o", "%N %T"]).decode()
+    assert "drain" not in states and "down" not in states, states
+
+
+# --------------------------------------------------------------------------- monitor
+
+def _report_json(j, attempt):
+    p = os.path.join(node_scratch("hk1", j, attempt), "hang_detector", "report.json")
+    q = os.path.join(STORAGE, j, "attempt_%d" % attempt, "hang_detector", "report.json")
+    for f in (p, q):
+        if os.path.exists(f):
+            return json.load(open(f))
+    return None
+
+
+@pytest.mark.timeout(300)
+def test_observe_gloo_across_two_nodes_rank1_diverges(jobs):
+    j = jobs.submit("gloo-observe", gloo_script("always", time_min=1), "--hang-detect=observe")
+    wait_for(lambda: "HANG CONFIRMED in job %s attempt 0" % j in out_of(j), 150, "the confirmation")
+    out = out_of(j)
+    assert "SUSPECTED stacks" in out and "observe mode: hang reported, the job keeps running" in out
+    hd = os.path.join(node_scratch("hk1", j), "hang_detector")
+    rep = json.load(open(os.path.join(hd, "report.json")))
+    assert rep["suspect_ranks"] == [1]
+    # captured on both nodes: every rank's py-spy/why-file is in the batch node's tree,
+    # and hk2 kept its own capture for the epilog
+    for r in range(4):
+        assert os.path.exists(os.path.join(hd, "stack_traces", "rank_%d.log" % r)), os.listdir(hd)
+    assert os.listdir(os.path.join(node_scratch("hk2", j), "hang_detector", "stack_traces"))
+    assert subprocess.run(["squeue", "-h", "-j", j], stdout=subprocess.PIPE).stdout.strip()  # still running
+    i = wait_end(j, 150)
+    assert i.state == "TIMEOUT" and i.restarts == 0                    # ran to its time limit
+    mon_log = open(os.path.join(HK_ROOT, "work", "out-%s.txt" % j)).read()
+    assert "requeue" not in mon_log.replace("Requeue", "")
+    # the epilog collected; collect JOBID --json reads storage
+    wait_for(lambda: os.path.exists(os.path.join(STORAGE, j, "attempt_0", "hang_detector", "report.json")),
+             60, "the epilog's copy of the report")
+    p = subprocess.run([sys.executable, "-m", "hpc_hangkit", "collect", j, "--json"],
+                       env=dict(os.environ, HPC_HANGKIT_CONFIG=SITE_TOML), stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, timeout=120)
+    assert p.returncode == 0, p.stderr.decode()
+    got = json.loads(p.stdout)
+    assert got["suspect_ranks"] == [1]
+    assert any(g.get("frame", {}).get("line") == 25 for g in got["groups"])   # the waiting all_reduce line
+
+
+def _requeue_state(j):
+    p = os.path.join(STORAGE, j, "hangkit_requeue.json")
+    return json.load(open(p)) if os.path.exists(p) else None
+
+
+@pytest.mark.timeout(360)
+def test_fail_requeues_once_then_second_attempt_completes(jobs):
+    j = jobs.submit("gloo-fail", gloo_script("first"), "--hang-detect=fail")
+    i = wait_end(j, 300)
+    out = out_of(j)
+    assert "requeueing: hang requeue 1 of 1" in out
+    assert i.state == "COMPLETED" and i.restarts == 1, (i.state, i.restarts, out[-3000:])
+    assert "attempt restart_count=1" in out and "job script done rc=0" in out
+    st = _requeue_state(j)
+    assert st["hang_requeues"] == 1 and st["hangs"][0]["signature"]["suspect_ranks"] == [1]
+    assert _report_json(j, 0)["suspect_ranks"] == [1]
+
+
+@pytest.mark.timeout(360)
+def test_fail_requeue_reports_of_both_attempts_reach_storage(jobs):
+    j = jobs.submit("gloo-fail2", gloo_script("always"), "--hang-detect=fail")
+    wait_end(j, 300)
+    for a in (0, 1):
+        wait_for(lambda: os.path.exists(os.path.join(STORAGE, j, "attempt_%d" % a, "hang_detector",
+                                                     "report.json")), 60,
+                 "attempt %d's report in storage" % a)
+
+
+@pytest.mark.timeout(360)
+def test_same_hang_twice_is_a_repeat_and_ends_the_job(jobs):
+    j = jobs.submit("gloo-repeat", gloo_script("always"), "--hang-detect=fail")
+    i = wait_end(j, 300)
+    out = out_of(j)
+    assert "requeueing: hang requeue 1 of 1" in out
+    assert "not requeued: repeat - rank(s) 1 hang at the same place as in attempt 0" in out
+    assert "gloo_divergent.py:54 main (in barrier)" in out
+    assert i.state == "CANCELLED" and i.restarts == 1
+    assert i.raw.get("Comment", "").startswith("hpc-hangkit: hang confirmed, not requeued: repeat")
+    assert "report:" in out.split("not requeued: repeat")[1]
+
+
+@pytest.mark.timeout(300)
+def test_no_requeue_job_gets_a_clear_message_and_is_not_requeued(jobs):
+    j = jobs.submit("gloo-noreq", gloo_script("always"), "--hang-detect=fail", "--no-requeue")
+    i = wait_end(j, 200)
+    out = out_of(j)
+    assert "hang confirmed, not requeued: the job does not allow requeue" in out
+    assert "Report: /tmp/hpc-hangkit/job_%s/attempt_0/hang_detector/report.txt" % j in out
+    assert i.state == "CANCELLED" and i.restarts == 0
+    assert "hang confirmed, not requeued" in i.raw.get("Comment", "")
+    assert _requeue_state(j).get("hang_requeues", 0) == 0
+
+
+@pytest.mark.timeout(420)
+def test_admin_requeue_does_not_spend_the_hang_budget(jobs):
+    # attempt 0 waits; an admin requeue makes SLURM_RESTART_COUNT=1; attempt 1 hangs
+    # and still gets its hang requeue; attempt 2 completes
+    text = gloo_script("second").replace("#SBATCH -N2", "#SBATCH -N2", 1)
+    text = text.replace("echo \"attempt", "export HK_WAIT_FOR_ADMIN_REQUEUE=1\necho \"attempt", 1)
+    j = jobs.submit("gloo-admin", text, "--hang-detect=fail")
+    wait_for(lambda: info(j).state == "RUNNING", 60, "job %s to run" % j)
+    time.sleep(3)
+    p = as_user(["scontrol", "requeue", j])
+    assert p.returncode == 0, p.stderr.decode()
+    i = wait_end(j, 380)
+    out = out_of(j)
+    assert "attempt restart_count=1" in out
+    assert "requeueing: hang requeue 1 of 1" in out, out[-3000:]
+    assert i.state == "COMPLETED" and i.restarts == 2
+    st = _requeue_state(j)
+    assert st["hang_requeues"] == 1 and st["hangs"][0]["attempt"] == 1
