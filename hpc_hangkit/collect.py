@@ -528,8 +528,12 @@ def copy_tree(root_fd, dest_url, *, job_id, attempt, host=None, deadline=None,
     ``<dest_url>/hang_detector/<rel>`` (a top-level ``hang_detector/`` is not
     doubled). Each copy is verified (size via ``fs.info`` and sha256 of a full
     read-back); only then, if ``delete_local``, the local file is unlinked (if
-    it is still the same inode). An existing identical destination counts as
-    copied (idempotent re-runs). ``deadline`` (time.monotonic() value): no new
+    it is still the same inode). An existing destination that is identical,
+    or a longer version of the same append-only file (the owner node's log
+    vs. a capture or monitor copy on another node), counts as copied; one the
+    local file extends (a half-written copy, an older copy) is replaced; a
+    different one is kept and the local file is stored as
+    ``<stem>.<host>.<ext>``. ``deadline`` (time.monotonic() value): no new
     file is started after it. Progress is written to ``collect-manifest.json``
     in the scratch before the first file and then at most every second (and
     at the end), so a kill leaves a manifest that lists every file not yet
@@ -596,15 +600,17 @@ def copy_tree(root_fd, dest_url, *, job_id, attempt, host=None, deadline=None,
             continue
         try:
             try:
-                same = False
+                same, note = False, None
                 if fs.exists(dest):
-                    rsize = _remote_size(fs, dest)
-                    if rsize == st.st_size:
-                        lsha = _sha256_fd(fd)
-                        if _sha256_remote(fs, dest)[1] == lsha:
-                            same, size, sha = True, st.st_size, lsha
-                    if not same and rel not in ours:
-                        # another node's file of the same name: keep both
+                    rel_ = _relation(fs, dest, fd, st.st_size, _remote_size(fs, dest))
+                    if rel_ in ("same", "remote_extends"):
+                        # stored already, or a longer version of this append-only
+                        # log (the owner node's file vs a capture/monitor copy)
+                        same, size, sha = True, st.st_size, _sha256_fd(fd)
+                        if rel_ == "remote_extends":
+                            note = "storage holds a longer version (this file is its prefix)"
+                    elif rel_ == "differs" and rel not in ours:
+                        # another node's different file of the same name: keep both
                         dest = _alt_name(dest, host)
                         ent["dest"] = dest
                     os.lseek(fd, 0, os.SEEK_SET)
@@ -618,7 +624,7 @@ def copy_tree(root_fd, dest_url, *, job_id, attempt, host=None, deadline=None,
                 if log:
                     log("copy %s -> %s failed: %s" % (rel, dest, ent["why"]))
                 continue
-            ent.update(size=size, sha256=sha, state="kept", why=None)
+            ent.update(size=size, sha256=sha, state="kept", why=note)
             if delete_local:
                 try:
                     tree.unlink_if_same(rel, st)
@@ -651,6 +657,24 @@ def copy_tree(root_fd, dest_url, *, job_id, attempt, host=None, deadline=None,
                 tree.unlink_junk(rel)
         tree.prune_empty_dirs()
     return man
+
+
+def _relation(fs, dest, fd, lsize, rsize):
+    """How the local file (fd, lsize bytes) relates to the stored one:
+    ``same``, ``local_extends`` (stored is a prefix of local: a half-written
+    copy, or an older copy of a growing log), ``remote_extends`` (local is a
+    prefix of stored) or ``differs``."""
+    n, off = min(lsize, rsize), 0
+    with fs.open(dest, "rb") as f:
+        while off < n:
+            want = min(_CHUNK, n - off)
+            r = f.read(want)
+            if not r or r != os.pread(fd, len(r), off):
+                return "differs"
+            off += len(r)
+    if lsize == rsize:
+        return "same"
+    return "local_extends" if lsize > rsize else "remote_extends"
 
 
 def _remove_partial(fs, dest):
@@ -1291,8 +1315,10 @@ def _current_user():
 
 def _write_docs(text, hd_root, host_order=None):
     """Write the files of framed ``slurm-capture`` answers (srun output) under
-    hd_root. Names are checked (no ``..``/absolute parts); a name two nodes
-    both sent is kept from each (``<stem>.<host>.<ext>``). Returns (files, notes,
+    hd_root. Names are checked (no ``..``/absolute parts). A name two nodes
+    both sent (the batch node holds the monitor's copies of other nodes'
+    files): if one is a prefix of the other the longer wins, otherwise both
+    are kept (``<stem>.<host>.<ext>``). Returns (files, notes,
     hosts that answered)."""
     from hpc_hangkit import batch
 
@@ -1313,15 +1339,20 @@ def _write_docs(text, hd_root, host_order=None):
                 parts = parts[1:]
             if not parts:
                 continue
-            rel = "/".join(parts)
+            rel, data = "/".join(parts), f["data"]
             if rel in seen:
-                rel = _alt_name(rel, host)
-                parts = rel.split("/")
+                with open(os.path.join(hd_root, *parts), "rb") as fh:
+                    old = fh.read()
+                if old.startswith(data):
+                    continue            # a copy (e.g. the monitor's) of a longer original
+                if not data.startswith(old):
+                    rel = _alt_name(rel, host)      # really different: keep both
+                    parts = rel.split("/")
             seen.add(rel)
             path = os.path.join(hd_root, *parts)
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "wb") as fh:
-                fh.write(f["data"])
+                fh.write(data)
             n += 1
     return n, notes, hosts
 

@@ -318,3 +318,36 @@ def test_full_storage_keeps_local_then_finishes_when_space_returns(area):
         assert open(stored["hang_detector/watchdog/rank_0.pid1.log"], "rb").read() == small
     finally:
         subprocess.run(["umount", "-l", area.storage])
+
+
+@pytest.mark.timeout(60)
+def test_same_log_from_owner_and_monitor_copy_is_stored_once(area, fh_dump):
+    """The batch node's scratch holds the monitor's/capture's copies of rank
+    files (prefixes of the owner's growing logs): storage keeps one file, the
+    longest, whatever the copy order; a truly different file is kept as well."""
+    uid, gid, user = job_user()
+    log_full = fh_dump * 3
+    # node hk1: the capture copy (older, a prefix) in hang_detector/watchdog/
+    # and its own raw file; node hk2: the owner's full log
+    area.make_attempt("112", 0, uid, gid, {
+        "hang_detector/watchdog/rank_2.pid7.log": fh_dump,
+        "watchdog/rank_0.pid5.log": fh_dump,
+        "hang_detector/watchdog/rank_0.pid5.log": fh_dump[:40]})
+    assert _run(area, "112")["status"] == "complete"
+    area.make_attempt("112", 0, uid, gid, {"watchdog/rank_2.pid7.log": log_full,
+                                          "heartbeats/rank_2.pid7.hb": b"A" * 64})
+    res = collect._collect_one(area.scratch, "112", 0, "file://" + area.storage, uid=uid,
+                               gid=gid, user=user, deadline=time.monotonic() + 20, host="hk2")
+    assert res["status"] == "complete", res
+    _, stored = _stored(area, "112")
+    wd = sorted(k for k in stored if "/watchdog/" in k)
+    assert wd == ["hang_detector/watchdog/rank_0.pid5.log", "hang_detector/watchdog/rank_2.pid7.log"]
+    assert open(stored["hang_detector/watchdog/rank_2.pid7.log"], "rb").read() == log_full
+    assert open(stored["hang_detector/watchdog/rank_0.pid5.log"], "rb").read() == fh_dump
+    # a really different file of the same name (a rewritten heartbeat) is kept too
+    area.make_attempt("112", 0, uid, gid, {"heartbeats/rank_2.pid7.hb": b"B" * 64})
+    res = collect._collect_one(area.scratch, "112", 0, "file://" + area.storage, uid=uid,
+                               gid=gid, user=user, deadline=time.monotonic() + 20, host="hk1")
+    _, stored = _stored(area, "112")
+    assert open(stored["hang_detector/heartbeats/rank_2.pid7.hb"], "rb").read() == b"A" * 64
+    assert open(stored["hang_detector/heartbeats/rank_2.pid7.hk1.hb"], "rb").read() == b"B" * 64

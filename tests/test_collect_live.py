@@ -117,3 +117,26 @@ def test_unsafe_names_in_an_answer_are_ignored(tmp_path):
     assert (hd / "report.txt").read_bytes() == b"r\n"
     assert not (tmp_path / "evil").exists()
     assert sum("unsafe" in x for x in notes) == 2, json.dumps(notes)
+
+
+def test_monitor_copies_in_the_batch_node_answer_do_not_duplicate_ranks(tmp_path):
+    import base64
+    import io
+
+    from hpc_hangkit import batch
+
+    def doc(host, files):
+        buf = io.StringIO()
+        batch.emit_doc({"host": host, "files": {k: {"size": len(v), "offset": 0,
+                                                    "b64": base64.b64encode(v).decode()}
+                                                for k, v in files.items()}}, buf)
+        return buf.getvalue()
+
+    owner = b"Stack (most recent call first):\n  File 'x.py', line 4 in f\n" * 3
+    text = (doc("hk1", {"watchdog/rank_2.pid7.log": owner[:50], "heartbeats/h.hb": b"A"})
+            + doc("hk2", {"watchdog/rank_2.pid7.log": owner, "heartbeats/h.hb": b"B"}))
+    hd = tmp_path / "hd"
+    n, notes, hosts = collect._write_docs(text, str(hd))
+    assert sorted(os.listdir(hd / "watchdog")) == ["rank_2.pid7.log"]
+    assert (hd / "watchdog" / "rank_2.pid7.log").read_bytes() == owner
+    assert sorted(os.listdir(hd / "heartbeats")) == ["h.hb", "h.hk2.hb"]
