@@ -1189,18 +1189,21 @@ def fetch_from_storage(storage_url, job_id, attempt, dest_dir, user=None):
     """Download ``<storage>/<job>/attempt_<n>/hang_detector/`` into ``dest_dir/hang_detector``.
 
     Every object name is checked (no ``..``, no absolute parts) before it is
-    joined to ``dest_dir``. Returns the local hang_detector path and the
+    joined to ``dest_dir``; symlinks (file systems) are skipped. Returns the local hang_detector path and the
     number of files. Raises FileNotFoundError if the attempt has no files.
     """
     src = attempt_url(storage_url, job_id, attempt, user) + "/" + HANG_DETECTOR
     fs, root = _fs_and_root(src)
     try:
-        found = fs.find(root)
+        found = fs.find(root, detail=True)
     except FileNotFoundError:
-        found = []
+        found = {}
     out = os.path.join(dest_dir, HANG_DETECTOR)
     n = 0
     for path in sorted(found):
+        info = found[path]
+        if info.get("islink") or info.get("type", "file") != "file":
+            continue        # a shared file system: never follow a planted link
         rel = path[len(root):].lstrip("/")
         try:
             parts = _safe_rel(rel)

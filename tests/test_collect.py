@@ -351,3 +351,18 @@ def test_same_log_from_owner_and_monitor_copy_is_stored_once(area, fh_dump):
     _, stored = _stored(area, "112")
     assert open(stored["hang_detector/heartbeats/rank_2.pid7.hb"], "rb").read() == b"A" * 64
     assert open(stored["hang_detector/heartbeats/rank_2.pid7.hk1.hb"], "rb").read() == b"B" * 64
+
+
+def test_fetch_from_shared_storage_skips_planted_links(tmp_path):
+    """Reading a 1777 shared store (maybe as root): links planted there by
+    another user are not followed into the gathered tree."""
+    base = tmp_path / "st" / "113" / "attempt_0" / "hang_detector"
+    (base / "watchdog").mkdir(parents=True)
+    (base / "watchdog" / "rank_0.pid1.log").write_bytes(b"ok\n")
+    os.symlink("/etc/passwd", str(base / "watchdog" / "rank_1.pid2.log"))
+    os.symlink("/etc", str(base / "heartbeats"))
+    out, n = collect.fetch_from_storage("file://%s" % (tmp_path / "st"), "113", 0,
+                                        str(tmp_path / "got"))
+    assert n == 1
+    assert local_files(out) == {"watchdog/rank_0.pid1.log": os.path.join(
+        out, "watchdog", "rank_0.pid1.log")}
