@@ -52,6 +52,7 @@ __all__ = [
     "attempt_url",
     "copy_tree",
     "load_site_settings",
+    "record_array_alias",
     "epilog",
     "finish_local",
     "fetch_from_storage",
@@ -910,6 +911,28 @@ def _record_not_copied(tree, job_id, attempt, host, dest, status, why):
     return _summary(man)
 
 
+def record_array_alias(storage_url, env=None, user=None):
+    """For an array task, store ``<storage_url>/<A>_<T>.jobid`` naming its SLURM_JOB_ID.
+
+    Call it from inside the job (the batch-step monitor): the job environment
+    has ``SLURM_ARRAY_JOB_ID``/``SLURM_ARRAY_TASK_ID``; slurmd's prolog and
+    epilog environments do not (Slurm's prep_script_slurmd.c). With it,
+    ``collect 123_4`` finds the job in storage after Slurm forgot it.
+    Returns the alias written (or already there), None when the job is not
+    an array task or storage_url is unset. Storage errors propagate.
+    """
+    env = os.environ if env is None else env
+    arr, task = env.get("SLURM_ARRAY_JOB_ID", ""), env.get("SLURM_ARRAY_TASK_ID", "")
+    if not (storage_url and arr.isdigit() and task.isdigit()):
+        return None
+    alias = "%s_%s" % (arr, task)
+    fs, path = _fs_and_root(_alias_url(storage_url, alias, user))
+    if not fs.exists(path):
+        with fs.open(path, "wb") as f:
+            f.write(("%s\n" % job_id_from_env(env)).encode())
+    return alias
+
+
 def _write_alias(storage_url, alias, job_id, user):
     try:
         fs, path = _fs_and_root(_alias_url(storage_url, alias, user))
@@ -984,9 +1007,9 @@ def epilog(env=None, *, budget_s=None, hard_timeout_s=None, log=None):
 
     Reads (from ``env``, default os.environ, as set by slurmd):
     ``SLURM_JOB_ID`` (the unique numeric id), ``SLURM_ARRAY_JOB_ID`` +
-    ``SLURM_ARRAY_TASK_ID`` (array tasks: an alias object
-    ``<storage_url>/<A>_<T>.jobid`` names the unique id, so ``collect 123_4``
-    works after Slurm forgot the job), ``SLURM_JOB_RESTART_COUNT`` (attempt), ``SLURM_JOB_UID``, ``SLURM_JOB_GID``,
+    ``SLURM_ARRAY_TASK_ID`` if present (slurmd 22.05-24.11 does not set them
+    for an epilog; the batch-step monitor records the array alias with
+    :func:`record_array_alias`), ``SLURM_JOB_RESTART_COUNT`` (attempt), ``SLURM_JOB_UID``, ``SLURM_JOB_GID``,
     ``SLURM_JOB_USER``; settings ``scratch_dir``, ``storage_url`` and
     ``epilog_budget_s`` (site config.toml / ``HANGKIT_*``; default budget
     20 s, capped at ``hard_timeout_s - 3``). Never raises, never calls Slurm,

@@ -366,3 +366,15 @@ def test_fetch_from_shared_storage_skips_planted_links(tmp_path):
     assert n == 1
     assert local_files(out) == {"watchdog/rank_0.pid1.log": os.path.join(
         out, "watchdog", "rank_0.pid1.log")}
+
+
+def test_record_array_alias_from_the_job_environment(tmp_path):
+    url = "file://%s" % tmp_path
+    env = {"SLURM_JOB_ID": "124", "SLURM_ARRAY_JOB_ID": "123", "SLURM_ARRAY_TASK_ID": "4"}
+    assert collect.record_array_alias(url, env) == "123_4"
+    assert (tmp_path / "123_4.jobid").read_text() == "124\n"
+    assert collect._read_alias(url, "123_4", None) == "124"
+    assert collect.record_array_alias(url, {"SLURM_JOB_ID": "5"}) is None
+    assert collect.record_array_alias(None, env) is None
+    (tmp_path / "9_9.jobid").write_text("../../x\n")      # a forged alias is ignored
+    assert collect._read_alias(url, "9_9", None) is None
