@@ -182,10 +182,14 @@ def main_thread(sample: Sample) -> Optional[Thread]:
     the main thread last). Threads with no Python frame never win. Returns None
     when no thread has a Python frame.
     """
+    threads = sample.threads
+    if len(threads) == 1:
+        t = threads[0]
+        return t if t.frames and not all(f.native for f in t.frames) else None
     best = None
     best_score = None
-    n = len(sample.threads)
-    for i, t in enumerate(sample.threads):
+    n = len(threads)
+    for i, t in enumerate(threads):
         outer = _outermost_py(t)
         if outer is None:
             continue
@@ -260,7 +264,8 @@ def _format_frames(chain: Sequence[Frame]) -> List[str]:
 
 # --- per-rank analysis ----------------------------------------------------------
 
-def rank_facts(samples: Sequence[Sample], k: int = 5, chains: Optional[dict] = None) -> dict:
+def rank_facts(samples: Sequence[Sample], k: int = 5, chains: Optional[dict] = None,
+               memo: Optional[dict] = None) -> dict:
     """Analyse one rank's samples (oldest first) into a small JSON-able dict.
 
     ``k``: how many of the newest usable samples decide the position (modal,
@@ -271,12 +276,13 @@ def rank_facts(samples: Sequence[Sample], k: int = 5, chains: Optional[dict] = N
     """
     if chains is None:
         chains = {}
+    if memo is None:
+        memo = {}
     usable: List[Tuple[str, tuple]] = []
     startup = 0
     last_startup = None
     fatal = None
     no_main = 0
-    local: Dict[tuple, str] = {}
     for s in samples:
         t = main_thread(s)
         if s.fatal:
@@ -286,14 +292,15 @@ def rank_facts(samples: Sequence[Sample], k: int = 5, chains: Optional[dict] = N
             no_main += 1
             continue
         frames_t = t.frames
-        if is_startup(frames_t):
+        cid = memo.get(frames_t)
+        if cid is None:
+            cid = memo[frames_t] = "" if is_startup(frames_t) else _remember(chains, frames_t)
+        elif cid and cid not in chains:
+            _remember(chains, frames_t)
+        if not cid:
             startup += 1
             last_startup = frames_t
             continue
-        cid = local.get(frames_t)
-        if cid is None:
-            cid = _remember(chains, frames_t)
-            local[frames_t] = cid
         usable.append((cid, frames_t))
     out = {"state": "unknown", "key": None, "n": 0, "mode": 0, "startup": startup}
     if fatal is not None:
@@ -560,6 +567,7 @@ def summarize_node(logs: Iterable[ParsedLog] = (), *, tracebacks: Optional[dict]
             world = max(world or 0, int(lg.world))
     chains: Dict[str, dict] = {}
     facts: Dict[int, dict] = {}
+    memo: Dict[tuple, str] = {}
     for r, lgs in per_rank.items():
         # oldest process first (header t), watchdog dumps before py-spy dumps (taken at capture)
         lgs.sort(key=lambda g: (0 if g.kind == "faulthandler" else 1,
@@ -567,7 +575,7 @@ def summarize_node(logs: Iterable[ParsedLog] = (), *, tracebacks: Optional[dict]
         samples_all: List[Sample] = []
         for g in lgs:
             samples_all.extend(g.samples)
-        f = rank_facts(samples_all, samples, chains)
+        f = rank_facts(samples_all, samples, chains, memo)
         writes = [g.mtime for g in lgs if g.kind == "faulthandler" and g.mtime is not None and g.samples]
         if writes:
             f["last_write"] = round(max(writes), 3)
@@ -903,14 +911,21 @@ def build_report(summary: dict, *, depth: Optional[int] = None, world_size: Opti
         else:
             buckets.setdefault((st, c[2]), []).append(r)
     rep_cid: Dict[tuple, str] = {}
+    crank: Dict[str, tuple] = {}
+
+    def rank_of(cid):
+        v = crank.get(cid)
+        if v is None:
+            v = crank[cid] = _chain_rank((chains.get(cid) or {}).get("frames") or [])
+        return v
+
     for r, f in facts.items():
         c = chain_of(f.get("key"))
         if c is None:
             continue
         bk = (f.get("state"), c[2])
         cur = rep_cid.get(bk)
-        if cur is None or _chain_rank((chains.get(f["key"]) or {}).get("frames") or []) > _chain_rank(
-                (chains.get(cur) or {}).get("frames") or []):
+        if cur is None or (cur != f["key"] and rank_of(f["key"]) > rank_of(cur)):
             rep_cid[bk] = f["key"]
     groups: List[Group] = []
     for (st, gk), rs in buckets.items():

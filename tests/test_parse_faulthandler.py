@@ -226,3 +226,44 @@ def test_random_bytes_spliced_into_a_real_log_never_raise(data, pos):
     for s in log.samples:
         for t in s.threads:
             assert t.frames or t.no_python or s.fatal
+
+
+def _shape(log):
+    return (log.header, log.rank, log.pid, log.period_s, log.exit_note, log.warnings,
+            [(s.source, s.offset, s.fatal, [(t.tid, t.frames, t.current, t.no_python) for t in s.threads])
+             for s in log.samples])
+
+
+@pytest.mark.parametrize("rel", [
+    "gloo_divergent_barrier/faulthandler/rank_0.log", "gloo_divergent_sleep/faulthandler/rank_1.log",
+    "mpi_openmpi_allreduce_obj/faulthandler/rank_2.log", "control_gil_held/gil_held_faulthandler.log",
+    "gloo_pg_timeout_10s/faulthandler_rank_3.log"])
+def test_block_fast_path_equals_the_line_parser(rel, tmp_path):
+    from hpc_hangkit.parse import faulthandler as fh
+
+    data = fixture(*rel.split("/"))
+    fast = fh._parse_blocks(data, rel)
+    assert fast is not None, "these clean logs take the fast path"
+    assert _shape(fast) == _shape(fh._parse_lines(data, rel))
+
+
+def test_block_fast_path_on_our_watchdog_stack_logs(tmp_path):
+    from hpc_hangkit.boot import _hangkit_core as core
+    from hpc_hangkit.parse import faulthandler as fh
+
+    (tmp_path / "dump.log").write_text(core.header_line(0, 2, 0, 1, "h", 1.0, "SIGURG", 1.0, ["x"]))
+    code = """
+    import faulthandler, os, signal
+    f = open("dump.log", "a")
+    faulthandler.register(signal.SIGUSR1, file=f, all_threads=False)
+    def a():
+        os.kill(os.getpid(), signal.SIGUSR1)
+    for _ in range(4):
+        a()
+    os.kill(os.getpid(), signal.SIGUSR1)
+    """
+    assert run_py(tmp_path, code).returncode == 0
+    data = (tmp_path / "dump.log").read_bytes()
+    fast = fh._parse_blocks(data, "d")
+    assert fast is not None and len(fast.samples) == 5
+    assert _shape(fast) == _shape(fh._parse_lines(data, "d"))

@@ -54,6 +54,23 @@ _SKIP_FRAME_LINES = ("  ...", "  <tstate is freed>", "  <invalid thread state>",
                      "  <unknown>")
 
 _INT_KEYS = ("rank", "world", "local_rank", "pid")
+_ARGV_CACHE: Dict[str, tuple] = {}
+
+#: raw frame line (bytes, exactly as written) -> Frame, shared by all files: at scale every
+#: rank writes the same few lines, so most lines are one dict lookup (bounded)
+_LINE_CACHE: Dict[bytes, Frame] = {}
+#: interned chains (tuples of frames): equal stacks are one object across samples and files
+_CHAINS: Dict[tuple, tuple] = {}
+
+
+def _chain(frames: list) -> tuple:
+    t = tuple(frames)
+    c = _CHAINS.get(t)
+    if c is None:
+        if len(_CHAINS) > 200_000:
+            _CHAINS.clear()
+        c = _CHAINS[t] = t
+    return c
 _FLOAT_KEYS = ("t", "period_s")
 
 
@@ -97,15 +114,19 @@ def parse_header(text: str) -> Optional[Dict]:
         else:
             out[k] = v
     if argv is not None:
-        val = argv
-        try:
-            val = json.loads(argv)
-        except ValueError:
+        val = _ARGV_CACHE.get(argv)
+        if val is None:
+            val = argv
             try:
-                val = ast.literal_eval(argv)
-            except (ValueError, SyntaxError, MemoryError, RecursionError):
-                pass
-        out["argv"] = val
+                val = json.loads(argv)
+            except ValueError:
+                try:
+                    val = ast.literal_eval(argv)
+                except (ValueError, SyntaxError, MemoryError, RecursionError):
+                    pass
+            if len(_ARGV_CACHE) < 1000 and isinstance(val, list):
+                _ARGV_CACHE[argv] = tuple(val)
+        out["argv"] = list(val) if isinstance(val, tuple) else val
     return out
 
 
@@ -133,7 +154,6 @@ class _Builder:
         self.cur: Optional[dict] = None  # open dump: {threads, source, offset, fatal, damaged, t}
         self.thread: Optional[dict] = None  # open thread block
         self.pending_t: Optional[float] = None
-        self.frame_cache: Dict[str, Frame] = {}
         self.blank_before = False
         self.has_header = False
         self.timeout_s = None
@@ -183,7 +203,7 @@ class _Builder:
                     continue  # a fatal report may list an empty thread; the rest still counts
                 self.warn(t["offset"], "thread %s has no frames (dump cut short); dump skipped" % t["tid"])
                 return
-            threads.append(Thread(t["tid"] or "", tuple(t["frames"]), name=t["name"],
+            threads.append(Thread(t["tid"] or "", _chain(t["frames"]), name=t["name"],
                                   current=t["current"], no_python=t["no_python"]))
         if not threads:
             if cur["fatal"]:
@@ -194,16 +214,19 @@ class _Builder:
         self.samples.append(Sample(threads, t=cur["t"], source=cur["source"], index=len(self.samples),
                                    offset=cur["offset"], fatal=cur["fatal"]))
 
-    def add_frame(self, text: str, offset: int) -> bool:
-        f = self.frame_cache.get(text)
-        if f is None:
-            m = _FRAME_RE.match(text)
-            if m is None:
-                return False
-            ln = m.group(2)
-            f = frame(m.group(1), int(ln) if ln != "???" else 0, m.group(3))
-            if len(self.frame_cache) < 100_000:
-                self.frame_cache[text] = f
+    def add_frame(self, text: str, offset: int, raw: bytes = b"") -> bool:
+        m = _FRAME_RE.match(text)
+        if m is None:
+            return False
+        ln = m.group(2)
+        f = frame(m.group(1), int(ln) if ln != "???" else 0, m.group(3))
+        if raw:
+            if len(_LINE_CACHE) > 500_000:
+                _LINE_CACHE.clear()
+            _LINE_CACHE[raw] = f
+        return self.add_frame_obj(f, offset)
+
+    def add_frame_obj(self, f: Frame, offset: int) -> bool:
         if self.thread is None:
             # a frame line with no thread header: the header was lost (truncation, interleaving)
             if self.cur is not None:
@@ -225,11 +248,93 @@ def parse_faulthandler(data: bytes, name: str = "<bytes>") -> ParsedLog:
     garbage, interleaved and truncated parts are skipped, each with a warning
     ``"<name>: byte <offset>: <what>"`` in ``.warnings``.
     """
-    b = _Builder(name)
-    header = None
     if not isinstance(data, (bytes, bytearray, memoryview)):
         data = str(data).encode("utf-8", "replace")
     data = bytes(data)
+    fast = _parse_blocks(data, name)
+    if fast is not None:
+        return fast
+    return _parse_lines(data, name)
+
+
+#: one dump's bytes (marker line included) -> the Sample it parses to (threads, source, fatal)
+_BLOCK_CACHE: Dict[bytes, tuple] = {}
+_STACK_SPLIT = b"\nStack (most recent call first):\n"
+_TIMEOUT_SPLIT = b"\nTimeout ("
+
+
+def _parse_blocks(data: bytes, name: str) -> Optional[ParsedLog]:
+    """Fast path for the common case at scale: a clean log of ``Stack`` or ``Timeout`` dumps
+    (each dump starts with its marker line), where a stuck rank repeats the same dump.
+    Each distinct dump is parsed once (by the line parser) and reused; anything unusual
+    (a warning, a comment, a truncated tail, a dump that splits in two) returns None and
+    the caller parses the whole file line by line."""
+    if not data.endswith(b"\n") or b"\n# " in data:
+        return None
+    if _TIMEOUT_SPLIT in data:
+        sep = _TIMEOUT_SPLIT
+    elif _STACK_SPLIT in data:
+        sep = _STACK_SPLIT
+    else:
+        return None
+    parts = data.split(sep)
+    head = parts[0]
+    if head.startswith(b"# "):
+        if b"\n" in head:
+            return None  # the first dump follows the header without our separator shape
+        hline = head
+    elif head in (b"Stack (most recent call first):", b"") or head.startswith(b"Timeout ("):
+        hline = None
+    else:
+        return None
+    marker = sep[1:]
+    offset = len(head) + 1
+    samples: List[Sample] = []
+    if hline is None:
+        # the file starts with a dump: re-attach its marker
+        first = head + b"\n"
+        blocks = [first] + [marker + p + b"\n" for p in parts[1:-1]] + (
+            [marker + parts[-1]] if len(parts) > 1 else [])
+        offset = 0
+        if len(parts) == 1:
+            blocks = [data]
+    else:
+        blocks = [marker + p + b"\n" for p in parts[1:-1]] + [marker + parts[-1]]
+    cache = _BLOCK_CACHE
+    for blk in blocks:
+        hit = cache.get(blk)
+        if hit is None:
+            sub = _parse_lines(blk, name)
+            if sub.warnings or len(sub.samples) != 1 or sub.header is not None:
+                return None
+            s0 = sub.samples[0]
+            hit = (tuple(s0.threads), s0.source, s0.fatal, sub.period_s)
+            if len(cache) > 50_000:
+                cache.clear()
+            cache[blk] = hit
+        samples.append(Sample(hit[0], source=hit[1], index=len(samples), offset=offset, fatal=hit[2]))
+        offset += len(blk)
+    header = parse_header(hline.decode("utf-8", "replace").rstrip("\r")) if hline is not None else None
+    log = ParsedLog(name, header=header, samples=samples, kind="faulthandler")
+    if header:
+        log.rank = header.get("rank")
+        log.pid = header.get("pid")
+        log.host = header.get("host")
+        log.world = header.get("world")
+        log.period_s = header.get("period_s")
+    if log.period_s is None:
+        ps = [h for h in (cache.get(blocks[0]) or (None,) * 4)[3:4] if h]
+        log.period_s = ps[0] if ps else None
+    fatal = [x for x in samples if x.fatal]
+    if fatal:
+        log.exit_note = "Fatal Python error: %s" % fatal[-1].fatal
+    return log
+
+
+def _parse_lines(data: bytes, name: str) -> ParsedLog:
+    """The line-by-line parser (every shape, every kind of damage)."""
+    b = _Builder(name)
+    header = None
     truncated_at = None
     if data and not data.endswith(b"\n"):
         truncated_at = data.rfind(b"\n") + 1
@@ -240,9 +345,23 @@ def parse_faulthandler(data: bytes, name: str = "<bytes>") -> ParsedLog:
     b.blank_before = False
     garbage_start = None
     garbage_n = 0
+    lcache = _LINE_CACHE
     for raw in lines:
         off = offset
         offset += len(raw) + 1
+        f = lcache.get(raw)
+        if f is not None and (truncated_at is None or off < truncated_at):
+            # hot path: a frame line seen before (in any file) is known clean and parsed
+            if garbage_start is not None:
+                b.warn(garbage_start, "%d line(s) of binary garbage skipped" % garbage_n)
+                garbage_start, garbage_n = None, 0
+            th = b.thread
+            if th is not None:
+                th["frames"].append(f)
+            else:
+                b.add_frame_obj(f, off)
+            b.blank_before = False
+            continue
         if truncated_at is not None and off >= truncated_at:
             # the last line is incomplete: the whole dump it belongs to is unreliable
             if b"\x00" in raw or not _decodes(raw):
@@ -278,7 +397,7 @@ def parse_faulthandler(data: bytes, name: str = "<bytes>") -> ParsedLog:
             garbage_start, garbage_n = None, 0
         # frame lines first: by far the most common
         if text.startswith("  File "):
-            if not b.add_frame(text, off):
+            if not b.add_frame(text, off, raw):
                 _unknown(b, off, text)
             b.blank_before = False
             continue
