@@ -513,8 +513,15 @@ def _read_heartbeats(d: str, warnings: List[str]) -> list:
         warnings.append("%s: heartbeat records present but hpc_hangkit.parse.heartbeat is not "
                         "installed; check-in labels not shown" % d)
         return []
+    import warnings as _warnings
+
     try:
-        return list(hbmod.read_heartbeats(d))
+        with _warnings.catch_warnings(record=True) as caught:
+            _warnings.simplefilter("always")
+            out = list(hbmod.read_heartbeats(d))
+        for w in caught:
+            warnings.append("%s: %s" % (d, w.message))
+        return out
     except Exception as e:  # never let a heartbeat problem lose the roll call
         warnings.append("%s: heartbeats unreadable (%s: %s); check-in labels not shown" % (
             d, e.__class__.__name__, e))
@@ -948,6 +955,10 @@ def build_report(summary: dict, *, depth: Optional[int] = None, world_size: Opti
         groups.append(Group(rs, st, st, py, nat, colls[0] if colls else coll, detail, key=cid))
     _verdict(rep, groups, facts)
     rep.stack_verdict = rep.verdict
+    stuck_n = [f.get("n", 0) for f in facts.values() if f.get("state") == "stuck"]
+    if stuck_n and max(stuck_n) == 1 and rep.verdict not in ("INCONCLUSIVE", "NO_HANG"):
+        rep.warnings.append("each rank has only one usable stack sample: the report cannot tell a stuck "
+                            "rank from a slow one; take more dumps (the watchdog repeats every period)")
     return rep
 
 
