@@ -16,54 +16,36 @@ Run as root:  python bench/bench_collect.py [--repeat 3]
 import argparse
 import os
 import pwd
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
-sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(ROOT, "tests"))
 
-from _util import load_note  # noqa: E402
-
-from hpc_hangkit import layout  # noqa: E402
-
-EPILOG = os.path.join(ROOT, "slurm", "epilog")
+from collect_helpers import EPILOG, Area, epilog_env, write_site_toml  # noqa: E402
 
 
-def make_tree(base, job, uid, gid, files):
-    d = layout.job_scratch_dir(os.path.join(base, "scratch"), job, 0)
-    os.makedirs(d)
-    for rel, size in files.items():
-        p = os.path.join(d, rel)
-        os.makedirs(os.path.dirname(p), exist_ok=True)
-        with open(p, "wb") as f:
-            f.write(os.urandom(size))
-    for r, ds, fs in os.walk(d):
-        for n in ds + fs:
-            os.lchown(os.path.join(r, n), uid, gid)
-    os.chown(d, uid, gid)
-    os.chmod(d, 0o700)
-    return d
+def load_note():
+    la = os.getloadavg()[0]
+    return "load average %.2f on %d cores" % (la, os.cpu_count() or 1)
 
 
-def run_epilog(base, job, storage_url, mode="observe", extra=None):
+def make_tree(area, job, uid, gid, files):
+    return area.make_attempt(str(job), 0, uid, gid,
+                             {rel: os.urandom(size) for rel, size in files.items()})
+
+
+def run_epilog(area, job, storage_url, mode="observe", extra=None):
     pw = pwd.getpwnam("nobody")
-    cfg = os.path.join(base, "config.toml")
-    with open(cfg, "w") as f:
-        f.write('scratch_dir = "%s"\nstorage_url = "%s"\n' % (os.path.join(base, "scratch"),
-                                                               storage_url))
-    env = {"SLURM_JOB_ID": str(job), "SLURM_JOB_UID": str(pw.pw_uid),
-           "SLURM_JOB_GID": str(pw.pw_gid), "SLURM_JOB_USER": pw.pw_name,
-           "SLURM_JOB_RESTART_COUNT": "0", "SLURMD_NODENAME": "bench",
-           "SPANK_HANGKIT_MODE": mode, "HPC_HANGKIT_CONFIG": cfg,
-           "HANGKIT_EPILOG_HARD_TIMEOUT_S": "600"}
-    env.update(extra or {})
+    cfg = write_site_toml(area, storage_url)
+    env = epilog_env(job, pw.pw_uid, pw.pw_gid, pw.pw_name, extra=dict(
+        extra or {}, SPANK_HANGKIT_MODE=mode, HPC_HANGKIT_CONFIG=cfg,
+        HANGKIT_EPILOG_HARD_TIMEOUT_S="600"))
     t0 = time.monotonic()
     p = subprocess.run([sys.executable, EPILOG], env=env, stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, cwd="/")
@@ -96,18 +78,13 @@ def main():
             [(k, "observe", v) for k, v in CASES.items()]:
         times = []
         for _ in range(args.repeat):
-            base = tempfile.mkdtemp(prefix="hk-bench-", dir="/var/tmp")
-            os.chmod(base, 0o755)
-            storage = os.path.join(base, "storage")
-            os.mkdir(storage)
-            os.chmod(storage, 0o1777)
-            os.mkdir(os.path.join(base, "scratch"))
+            area = Area()
             job += 1
             if files:
-                make_tree(base, job, pw.pw_uid, pw.pw_gid, files)
-            took, last = run_epilog(base, job, "file://" + storage, mode)
+                make_tree(area, job, pw.pw_uid, pw.pw_gid, files)
+            took, last = run_epilog(area, job, "file://" + area.storage, mode)
             times.append(took)
-            shutil.rmtree(base, ignore_errors=True)
+            area.cleanup()
         total = sum(files.values()) if files else 0
         best = min(times)
         rate = (" %.0f MB/s incl. read-back verify" % (total / best / 1e6)) \
@@ -133,15 +110,13 @@ def main():
         os.environ.update(s3env)
         import s3fs
         s3fs.S3FileSystem(endpoint_url=url, skip_instance_cache=True).mkdir("bench")
-        base = tempfile.mkdtemp(prefix="hk-bench-", dir="/var/tmp")
-        os.chmod(base, 0o755)
-        os.mkdir(os.path.join(base, "scratch"))
+        area = Area()
         job += 1
-        make_tree(base, job, pw.pw_uid, pw.pw_gid, {"hang_detector/big.bin": 64 << 20})
-        took, last = run_epilog(base, job, "s3://bench/p", extra=s3env)
+        make_tree(area, job, pw.pw_uid, pw.pw_gid, {"hang_detector/big.bin": 64 << 20})
+        took, last = run_epilog(area, job, "s3://bench/p", extra=s3env)
         print("%-28s %6.2f s  (64 MiB, %.0f MB/s incl. read-back verify)  %s" % (
             "s3 (moto) one 64 MiB file", took, (64 << 20) / took / 1e6, last[0][-60:]))
-        shutil.rmtree(base, ignore_errors=True)
+        area.cleanup()
     finally:
         os.killpg(moto.pid, signal.SIGKILL)
         moto.wait()
