@@ -55,7 +55,10 @@ __all__ = [
     "record_array_alias",
     "epilog",
     "finish_local",
+    "expand_storage_url",
+    "storage_attempts",
     "fetch_from_storage",
+    "Collected",
     "collect_job",
     "main",
 ]
