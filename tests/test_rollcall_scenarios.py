@@ -90,6 +90,17 @@ def dump_all(procs, job):
     assert count() >= before + len(live), "on-demand dumps did not land"
 
 
+def hang(spawn, tmp_path, port, script, verdict, *args):
+    """Launch, wait until the roll call says ``verdict``, take one on-demand dump of every
+    rank, and return (procs, the final report)."""
+    procs, job = launch(spawn, tmp_path, port, script, *args)
+    wait_for(job, verdict)
+    dump_all(procs, job)
+    rep = report_from_dir(job)
+    assert rep.verdict == verdict, render_text(rep)
+    return procs, rep
+
+
 def group_of(rep, rank):
     return next(g for g in rep.groups if rank in g.ranks)
 
@@ -98,11 +109,7 @@ def group_of(rep, rank):
 @pytest.mark.timeout(240)
 def test_scenario3_inner_barrier_on_rank0_is_split(spawn, tmp_path, port):
     script = "scenario3_inner_barrier.py"
-    procs, job = launch(spawn, tmp_path, port, script)
-    wait_for(job, "SPLIT")
-    dump_all(procs, job)
-    rep = report_from_dir(job)
-    assert rep.verdict == "SPLIT", render_text(rep)
+    procs, rep = hang(spawn, tmp_path, port, script, "SPLIT")
     assert rep.suspect_ranks == [0]
     waiting, inner = group_of(rep, 1), group_of(rep, 0)
     assert waiting.ranks == [1, 2, 3] and waiting.role == "waiting"
@@ -123,11 +130,8 @@ def test_scenario3_inner_barrier_on_rank0_is_split(spawn, tmp_path, port):
 @pytest.mark.timeout(240)
 def test_scenario4_uneven_data_final_barrier_is_split(spawn, tmp_path, port):
     script = "scenario4_uneven_data.py"
-    procs, job = launch(spawn, tmp_path, port, script, "barrier")
-    wait_for(job, "SPLIT")
-    dump_all(procs, job)
-    rep = report_from_dir(job)
-    assert rep.verdict == "SPLIT" and rep.suspect_ranks == [0], render_text(rep)
+    procs, rep = hang(spawn, tmp_path, port, script, "SPLIT", "barrier")
+    assert rep.suspect_ranks == [0], render_text(rep)
     six = group_of(rep, 1)
     assert six.ranks == [1, 2, 3]
     assert (six.frame.function, six.frame.line) == ("step", mark_line(script, "step-allreduce"))
@@ -163,11 +167,8 @@ def test_scenario4_uneven_data_rank0_exits_is_gone(spawn, tmp_path, port):
 @pytest.mark.timeout(240)
 def test_scenario7_alive_but_stuck_is_missed(spawn, tmp_path, port):
     script = "scenario7_alive_but_stuck.py"
-    procs, job = launch(spawn, tmp_path, port, script)
-    wait_for(job, "MISSED")
-    dump_all(procs, job)
-    rep = report_from_dir(job)
-    assert rep.verdict == "MISSED" and rep.suspect_ranks == [1], render_text(rep)
+    procs, rep = hang(spawn, tmp_path, port, script, "MISSED")
+    assert rep.suspect_ranks == [1], render_text(rep)
     waiting = group_of(rep, 0)
     assert waiting.ranks == [0, 2, 3] and waiting.role == "waiting"
     assert (waiting.frame.function, waiting.frame.line) == ("train", mark_line(script, "train-allreduce"))

@@ -315,19 +315,27 @@ def _parse_blocks(data: bytes, name: str) -> Optional[ParsedLog]:
         samples.append(Sample(hit[0], source=hit[1], index=len(samples), offset=offset, fatal=hit[2]))
         offset += len(blk)
     header = parse_header(hline.decode("utf-8", "replace").rstrip("\r")) if hline is not None else None
-    log = ParsedLog(name, header=header, samples=samples, kind="faulthandler")
+    return _finish(ParsedLog(name, header=header, samples=samples, kind="faulthandler"),
+                   (cache.get(blocks[0]) or (None,) * 4)[3], None)
+
+
+def _finish(log: ParsedLog, period_s: Optional[float], truncated_at: Optional[int]) -> ParsedLog:
+    """Identity from the header, the period, and how the process ended (fatal dump, cut tail)."""
+    header = log.header
     if header:
         log.rank = header.get("rank")
         log.pid = header.get("pid")
         log.host = header.get("host")
         log.world = header.get("world")
         log.period_s = header.get("period_s")
-    if log.period_s is None:
-        ps = [h for h in (cache.get(blocks[0]) or (None,) * 4)[3:4] if h]
-        log.period_s = ps[0] if ps else None
-    fatal = [x for x in samples if x.fatal]
+    if log.period_s is None and period_s:
+        log.period_s = float(period_s)
+    fatal = [x for x in log.samples if x.fatal]
     if fatal:
         log.exit_note = "Fatal Python error: %s" % fatal[-1].fatal
+    elif truncated_at is not None:
+        log.exit_note = ("log ends mid-dump at byte %d: the process likely died while writing it"
+                         % truncated_at)
     return log
 
 
@@ -470,21 +478,7 @@ def _parse_lines(data: bytes, name: str) -> ParsedLog:
     if b.cur is not None:
         b.close_dump()
     log = ParsedLog(name, header=header, samples=b.samples, warnings=b.warnings, kind="faulthandler")
-    if header:
-        log.rank = header.get("rank")
-        log.pid = header.get("pid")
-        log.host = header.get("host")
-        log.world = header.get("world")
-        log.period_s = header.get("period_s")
-    if log.period_s is None and b.timeout_s:
-        log.period_s = float(b.timeout_s)
-    fatal = [s for s in b.samples if s.fatal]
-    if fatal:
-        log.exit_note = "Fatal Python error: %s" % fatal[-1].fatal
-    elif truncated_at is not None:
-        log.exit_note = ("log ends mid-dump at byte %d: the process likely died while writing it"
-                         % truncated_at)
-    return log
+    return _finish(log, b.timeout_s, truncated_at)
 
 
 def _decodes(raw: bytes) -> bool:
