@@ -267,3 +267,28 @@ def test_block_fast_path_on_our_watchdog_stack_logs(tmp_path):
     fast = fh._parse_blocks(data, "d")
     assert fast is not None and len(fast.samples) == 5
     assert _shape(fast) == _shape(fh._parse_lines(data, "d"))
+
+
+def test_all_three_shapes_mixed_in_one_real_file(tmp_path):
+    code = """
+    import faulthandler, os, signal, threading, time
+    f = open("dump.log", "w")
+    faulthandler.register(signal.SIGUSR1, file=f, all_threads=False)
+    def a(): os.kill(os.getpid(), signal.SIGUSR1)
+    a(); a()
+    faulthandler.register(signal.SIGUSR2, file=f, all_threads=True)
+    ev = threading.Event()
+    t = threading.Thread(target=ev.wait, daemon=True); t.start()
+    def b(): os.kill(os.getpid(), signal.SIGUSR2)
+    b(); b()
+    ev.set(); t.join()
+    faulthandler.dump_traceback_later(0.1, file=f)
+    time.sleep(0.4)
+    """
+    assert run_py(tmp_path, code).returncode == 0
+    log = parse_faulthandler((tmp_path / "dump.log").read_bytes(), "dump.log")
+    assert log.warnings == []
+    assert [(s.source, len(s.threads)) for s in log.samples] == [
+        ("stack", 1), ("stack", 1), ("signal", 2), ("signal", 2), ("timeout", 1)]
+    assert [main_thread(s).frames[0].function for s in log.samples] == ["a", "a", "b", "b", "<module>"]
+    assert log.period_s == 0.0 or log.period_s is None or log.period_s < 1  # "Timeout (0:00:00.100000)!"

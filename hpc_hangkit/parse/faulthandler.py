@@ -170,13 +170,12 @@ class _Builder:
                     "damaged": None, "t": self.pending_t}
         self.pending_t = None
 
-    def open_thread(self, tid: str, current: bool, name: Optional[str], offset: int, source: str):
+    def open_thread(self, tid: str, current: bool, name: Optional[str], offset: int):
         cur = self.cur
-        if cur is None or (cur["threads"] and self.thread is not None and not self.blank_before):
-            self.open_dump(source, offset)
-            cur = self.cur
-        elif any(t["tid"] == tid for t in cur["threads"]) and tid is not None:
-            self.open_dump(source, offset)
+        if cur is None or (cur["threads"] and self.thread is not None and not self.blank_before) or (
+                tid is not None and any(t["tid"] == tid for t in cur["threads"])):
+            # a thread header with no "Timeout"/"Fatal" line before it starts a signal dump
+            self.open_dump("signal", offset)
             cur = self.cur
         self.close_thread()
         self.thread = {"tid": tid, "current": current, "name": name, "frames": [], "no_python": False,
@@ -423,8 +422,7 @@ def _parse_lines(data: bytes, name: str) -> ParsedLog:
                 _unknown(b, off, text)
                 continue
             b.blank_before = prev_blank
-            b.open_thread(m.group(2), m.group(1) == "Current thread", m.group(3), off,
-                          b.cur["source"] if b.cur is not None else "signal")
+            b.open_thread(m.group(2), m.group(1) == "Current thread", m.group(3), off)
             b.blank_before = False
             continue
         if text == _STACK:
