@@ -34,6 +34,7 @@ import json
 import os
 import re
 import select
+import shutil
 import signal
 import socket
 import stat
@@ -1300,33 +1301,46 @@ def collect_job(job_id, *, attempt=None, settings=None, out_dir=None, live=None,
         notes.append("local scratch attempt_%d: %s%s" % (
             res["attempt"], res.get("status"),
             (" (%s)" % res["reason"]) if res.get("reason") else ""))
+    made = out_dir is None
     out_dir = out_dir or tempfile.mkdtemp(prefix="hangkit-collect-")
+    try:
+        hd_dir, source, used_attempt = _gather(asked, key, info, attempt, settings, user,
+                                               out_dir, timeout_s, notes)
+        from hpc_hangkit.rollcall import report_from_dir
+
+        report = report_from_dir(hd_dir)
+    except BaseException as e:
+        if made:
+            shutil.rmtree(out_dir, ignore_errors=True)
+        if notes and isinstance(e, (FileNotFoundError, RuntimeError)):
+            raise type(e)("%s (%s)" % (e, "; ".join(notes))) from e
+        raise
+    return Collected(report, hd_dir, source, used_attempt, notes)
+
+
+def _gather(asked, key, info, attempt, settings, user, out_dir, timeout_s, notes):
+    """Live from the nodes or from storage -> (hd_dir, source, attempt)."""
     if info is not None and info["running"] and attempt in (None, info["attempt"]):
         hd_dir, n, more = _gather_live(key, info, settings, out_dir, timeout_s)
         notes.extend(more)
-        source = "live from %d node(s) (%d files)" % (len(info["nodes"]), n)
-        used_attempt = info["attempt"]
-    else:
-        if not settings.storage_url:
-            raise RuntimeError("job %s is not running and no storage_url is configured"
-                               " (site config.toml or HANGKIT_STORAGE_URL)" % asked)
-        attempts = storage_attempts(settings.storage_url, key, user)
-        if not attempts:
-            raise FileNotFoundError("nothing stored for job %s under %s" % (
-                asked, expand_storage_url(settings.storage_url, user)))
-        used_attempt = attempt if attempt is not None else attempts[-1]
-        if used_attempt not in attempts:
-            raise FileNotFoundError("job %s has no attempt_%d in storage (have: %s)" % (
-                asked, used_attempt, ", ".join(str(a) for a in attempts)))
-        hd_dir, n = fetch_from_storage(settings.storage_url, key, used_attempt, out_dir, user)
-        source = attempt_url(settings.storage_url, key, used_attempt, user)
-        if len(attempts) > 1:
-            notes.append("attempts in storage: %s (showing %d; --attempt N for another)" % (
-                ", ".join(str(a) for a in attempts), used_attempt))
-    from hpc_hangkit.rollcall import report_from_dir
-
-    report = report_from_dir(hd_dir)
-    return Collected(report, hd_dir, source, used_attempt, notes)
+        return hd_dir, "live from %d node(s) (%d files)" % (len(info["nodes"]), n), \
+            info["attempt"]
+    if not settings.storage_url:
+        raise RuntimeError("job %s is not running and no storage_url is configured"
+                           " (site config.toml or HANGKIT_STORAGE_URL)" % asked)
+    attempts = storage_attempts(settings.storage_url, key, user)
+    if not attempts:
+        raise FileNotFoundError("nothing stored for job %s under %s" % (
+            asked, expand_storage_url(settings.storage_url, user)))
+    used = attempt if attempt is not None else attempts[-1]
+    if used not in attempts:
+        raise FileNotFoundError("job %s has no attempt_%d in storage (have: %s)" % (
+            asked, used, ", ".join(str(a) for a in attempts)))
+    hd_dir, n = fetch_from_storage(settings.storage_url, key, used, out_dir, user)
+    if len(attempts) > 1:
+        notes.append("attempts in storage: %s (showing %d; --attempt N for another)" % (
+            ", ".join(str(a) for a in attempts), used))
+    return hd_dir, attempt_url(settings.storage_url, key, used, user), used
 
 
 def _current_user():

@@ -5,6 +5,7 @@ verified copy in storage or the local files plus a manifest.
 """
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -170,3 +171,33 @@ def test_epilog_of_an_unarmed_job_does_nothing(area):
         assert p.returncode == 0 and p.stderr == b""
     assert os.path.exists(os.path.join(d, "watchdog/rank_0.pid9.log"))
     assert os.listdir(area.storage) == []
+
+
+@pytest.mark.timeout(120)
+def test_user_finishes_own_partial_copy_but_not_anothers(area):
+    """`hpc-hangkit collect` run by the job's user (not root) on the node
+    finishes the copy its failed epilog left; another user's scratch is refused."""
+    uid, gid, user = job_user()
+    d = area.make_attempt("307", 0, uid, gid, {"watchdog/rank_0.pid9.log": b"mine\n"})
+    other = area.make_attempt("308", 0, 0, 0, {"watchdog/rank_0.pid9.log": b"root's\n",
+                                               collect.MANIFEST_NAME: b"{}"})
+    os.chmod(other, 0o755)
+    cfg = write_site_toml(area, "file://" + area.storage)
+    os.chmod(area.storage, 0o755)              # the epilog cannot write
+    p, _ = run_epilog(epilog_env(307, uid, gid, user, extra={"HPC_HANGKIT_CONFIG": cfg}))
+    assert p.returncode == 0 and os.path.exists(os.path.join(d, collect.MANIFEST_NAME))
+    os.chmod(area.storage, 0o1777)             # storage fixed
+    os.chmod(cfg, 0o644)
+    env = {"PATH": "/usr/bin:/bin", "HPC_HANGKIT_CONFIG": cfg, "HOME": "/"}
+    for job, ok in (("307", True), ("308", False)):
+        c = subprocess.run([shutil.which("runuser"), "-u", user, "--", sys.executable, "-m", "hpc_hangkit",
+                            "collect", job, "--stored", "--json"], env=env, cwd="/",
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+        if ok:
+            assert b"local scratch attempt_0: complete" in c.stderr, c.stderr
+        else:
+            assert b"belongs to uid 0" in c.stderr, c.stderr
+    stored = local_files(os.path.join(area.storage, "307", "attempt_0"))
+    assert open(stored["hang_detector/watchdog/rank_0.pid9.log"], "rb").read() == b"mine\n"
+    assert local_files(d) == {}    # the empty dir stays: its parent job_<id>/ is root's
+    assert os.path.exists(os.path.join(other, "watchdog/rank_0.pid9.log"))
