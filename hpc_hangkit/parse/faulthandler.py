@@ -43,7 +43,7 @@ __all__ = ["parse_faulthandler", "parse_header", "looks_like_faulthandler"]
 _FRAME_RE = re.compile(r'^  File "(.*)", line (\d+|\?\?\?) in (.*)$')
 _THREAD_RE = re.compile(
     r"^(Current thread|Thread) (0x[0-9a-fA-F]+|\d+)(?: \[(.*?)\])? \(most recent call first\):$")
-_TIMEOUT_RE = re.compile(r"^Timeout \((\d+):(\d\d):(\d\d)(?:\.\d+)?\)!$")
+_TIMEOUT_RE = re.compile(r"^Timeout \((\d+):(\d\d):(\d\d(?:\.\d+)?)\)!$")
 _STACK = "Stack (most recent call first):"
 _HEADER_TAGS = ("# hpc-hangkit ", "# hangkit-probe ")
 # lines of a fatal-error report that carry no frames
@@ -437,7 +437,7 @@ def _parse_lines(data: bytes, name: str) -> ParsedLog:
         if text.startswith("Timeout ("):
             m = _TIMEOUT_RE.match(text)
             if m:
-                b.timeout_s = int(m.group(1)) * 3600 + int(m.group(2)) * 60 + int(m.group(3))
+                b.timeout_s = int(m.group(1)) * 3600 + int(m.group(2)) * 60 + float(m.group(3))
                 b.open_dump("timeout", off)
                 continue
         if text.startswith("Fatal Python error: "):
