@@ -532,14 +532,6 @@ class BatchMonitor:
         self.view_dir = None
         self.srcs: List[object] = []
 
-    def storage_report_path(self) -> Optional[str]:
-        base = getattr(self.settings, "storage_url", None)
-        if not base:
-            return None
-        return "%s/%s/%s/report.txt" % (base.rstrip("/"),
-                                        layout.storage_attempt_prefix(self.job_id, self.attempt),
-                                        layout.HANG_DETECTOR_DIR)
-
     def capture_all(self):
         """Capture on every node at once; the roll call over the combined tree."""
         from hpc_hangkit.capture import CaptureContext, capture, discover_ranks
@@ -588,12 +580,34 @@ class BatchMonitor:
         rep, text = self.capture_all()
         local = os.path.join(self.hd_dir, layout.REPORT_TXT)
         where = "%s on node %s" % (local, self.host)
-        sp = self.storage_report_path()
+        sp = self.publish_report()
         if sp:
-            where += " (after the job: %s; or run: hpc-hangkit collect %s)" % (sp, self.job_id)
+            where += " and %s (or run: hpc-hangkit collect %s)" % (sp, self.job_id)
         log.error("HANG CONFIRMED in job %s attempt %d: %s\n%s\nreport: %s", self.job_id,
                   self.attempt, getattr(rep, "verdict", "?"), text.rstrip(), where)
         self.act(rep, where)
+
+    def publish_report(self) -> Optional[str]:
+        """Copy report.txt/report.json to ``<storage_url>/<job_id>/attempt_<n>/hang_detector/``
+        right away (as the job's user), so the next attempt and the user see this
+        attempt's report even before the epilog runs. Returns the URL or None."""
+        base = getattr(self.settings, "storage_url", None)
+        if not base:
+            return None
+        try:
+            import fsspec
+            base = state_url(self.settings, self.job_id, self.env).rsplit("/", 2)[0]
+            url = "%s/%s/%s" % (base, layout.storage_attempt_prefix(self.job_id, self.attempt),
+                                layout.HANG_DETECTOR_DIR)
+            fs, path = fsspec.core.url_to_fs(url)
+            fs.makedirs(path, exist_ok=True)
+            for name in (layout.REPORT_TXT, layout.REPORT_JSON):
+                with open(os.path.join(self.hd_dir, name), "rb") as src, fs.open(path + "/" + name, "wb") as dst:
+                    dst.write(src.read())
+            return url + "/" + layout.REPORT_TXT
+        except Exception as e:  # the epilog copies it later anyway
+            log.warning("could not copy the report to storage now (%s); the epilog will", e)
+            return None
 
     def act(self, rep, where: str):
         mode = self.settings.mode

@@ -185,6 +185,11 @@ if ! cmp -s "$REPO/spank/hangkit_spank.so" "$HK_ROOT/lib/hangkit_spank.so"; then
 fi
 
 CONF_TOML=$HK_ROOT/etc/config.toml
+# jobs run with the user's PATH: name py-spy by its absolute path if it sits
+# next to the interpreter (a virtualenv or pyenv install)
+PYSPY_TOML=""
+[ -x "$(dirname "$PY")/py-spy" ] && PYSPY_TOML="[pyspy]
+path = \"$(dirname "$PY")/py-spy\""
 put "$CONF_TOML" "$MARK
 # Site config for the test cluster: short windows so tests take seconds.
 poll_interval_s = 1
@@ -195,7 +200,8 @@ watchdog_period_s = 2
 scratch_dir = \"/tmp/hpc-hangkit\"
 storage_url = \"file://$HK_ROOT/storage\"
 max_hang_requeues = 1
-${HK_SITE_TOML:-}" 0644
+${HK_SITE_TOML:-}
+$PYSPY_TOML" 0644
 
 put "$HK_ROOT/bin/hpc-hangkit" "#!/bin/sh
 $MARK
