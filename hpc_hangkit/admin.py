@@ -20,7 +20,6 @@ import shutil
 import stat
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 

@@ -674,13 +674,13 @@ class BatchMonitor:
                                 idle_probe_s=max(30.0, float(self.settings.report_every_s)),
                                 samples=getattr(self.settings, "stack_samples", 5),
                                 world_size=self.world_size)]
-        if getattr(self.settings, "ncclras_address", None) or shutil.which(
-                getattr(self.settings, "ncclras_path", "ncclras") or "ncclras"):
-            try:
-                from hpc_hangkit.ras import RasSource
-                src.append(RasSource(self.settings))
-            except Exception as e:  # RAS is optional evidence
-                log.info("RAS source not used: %s", e)
+        try:
+            from hpc_hangkit.ras import maybe_source
+            ras = maybe_source(self.settings, out_dir=self.hd_dir)
+            if ras is not None:
+                src.append(ras)
+        except Exception as e:  # RAS is optional evidence
+            log.info("NCCL RAS source not used: %s", e)
         return src
 
     def run(self) -> int:
