@@ -124,6 +124,7 @@ def user_frame(chain: Sequence[Frame]) -> Optional[Frame]:
     every frame is library code, and to None for an empty chain.
     """
     first_py = None
+    framework_free = None
     for f in chain:
         if f.native:
             continue
@@ -131,7 +132,21 @@ def user_frame(chain: Sequence[Frame]) -> Optional[Frame]:
             first_py = f
         if not is_library_frame(f):
             return f
-    return first_py
+        if framework_free is None and not _is_framework(f):
+            framework_free = f
+    # the user's own code may be installed in site-packages: then the innermost frame
+    # outside the frameworks (torch, mpi4py, numpy, stdlib, hpc_hangkit) stands for it
+    return framework_free or first_py
+
+
+def _is_framework(f: Frame) -> bool:
+    p = f.file.replace("\\", "/")
+    if p.startswith("<") or re.search(r"/lib/python\d[^/]*/(?!site-packages|dist-packages)", p):
+        return True
+    for top in ("torch", "mpi4py", "numpy", "hpc_hangkit", "threading.py", "concurrent", "importlib"):
+        if "/%s/" % top in p or p.startswith(top + "/") or p.endswith("/" + top):
+            return True
+    return False
 
 
 def collective_of(chain: Sequence[Frame]) -> Optional[str]:

@@ -387,3 +387,26 @@ def test_json_shape_and_tree():
     tree = render_tree(rep)
     assert "[0-3] hang_gloo.py:85 in <module>" in tree
     assert "+-[0,2-3] hang_gloo.py:76 in train" in tree and "+-[1] hang_gloo.py:78 in train *" in tree
+
+
+def test_user_frame_rules():
+    from hpc_hangkit.parse.model import frame
+
+    sp = "/v/lib/python3.11/site-packages/"
+    torch_top = (frame(sp + "torch/distributed/distributed_c10d.py", 3252, "all_reduce"),
+                 frame(sp + "torch/distributed/c10d_logger.py", 83, "wrapper"))
+    # plain script
+    ch = torch_top + (frame("/home/u/train.py", 61, "sync_grads"), frame("/home/u/train.py", 85, "<module>"))
+    assert user_frame(ch).line == 61
+    # the user's package installed in site-packages, run with python -m
+    ch = torch_top + (frame(sp + "mytrainer/loop.py", 61, "sync_grads"),
+                      frame("/v/lib/python3.11/runpy.py", 88, "_run_code"))
+    assert user_frame(ch).file.endswith("mytrainer/loop.py")
+    # py-spy text: relative paths
+    ch = (frame("torch/distributed/distributed_c10d.py", 3252, "all_reduce"), frame("signal.py", 82, "sigwait"),
+          frame("hang_gloo.py", 61, "sync_grads"))
+    assert user_frame(ch).file == "hang_gloo.py"
+    # -c / stdin code is the user's; native frames never are
+    ch = (frame("libc.so.6", 0, "clock_nanosleep", True), frame("<string>", 5, "load_shard"))
+    assert user_frame(ch).function == "load_shard"
+    assert user_frame(()) is None
