@@ -410,3 +410,37 @@ def test_user_frame_rules():
     ch = (frame("libc.so.6", 0, "clock_nanosleep", True), frame("<string>", 5, "load_shard"))
     assert user_frame(ch).function == "load_shard"
     assert user_frame(()) is None
+
+
+SLOW_PROG = """
+import os, sys, time
+from hpc_hangkit.boot import _hangkit_core as core
+scr, rank = sys.argv[1], int(sys.argv[2])
+core.arm(dest=os.path.join(scr, "watchdog", "rank_%d.pid%d.log" % (rank, os.getpid())), period_s=0.2,
+         rank=rank, world=2)
+def load(): time.sleep(0.15)
+def forward(): time.sleep(0.15)
+def backward(): time.sleep(0.15)
+def optimise(): time.sleep(0.15)
+def log_metrics(): time.sleep(0.15)
+def save(): time.sleep(0.15)
+end = time.time() + 3.0
+while time.time() < end:
+    for phase in (load, forward, backward, optimise, log_metrics, save):
+        phase()
+"""
+
+
+def test_slow_ranks_whose_samples_keep_changing(tmp_path):
+    """Two real processes that never stop moving (watchdog armed, no checkpoint): SLOW, no suspect."""
+    prog = tmp_path / "slow.py"
+    prog.write_text(SLOW_PROG)
+    scr = tmp_path / "scratch"
+    ps = [subprocess.Popen([sys.executable, str(prog), str(scr), str(r)]) for r in range(2)]
+    for p in ps:
+        assert p.wait(timeout=60) == 0
+    rep = report_from_dir(str(scr))
+    assert rep.verdict == "SLOW", render_text(rep)
+    assert rep.suspect_ranks == [] and {g.role for g in rep.groups} == {"progressing"}
+    assert all(f["state"] == "progressing" and f["mode"] * 2 <= f["n"] for f in rep.ranks.values())
+    assert "no hang" in render_text(rep)
