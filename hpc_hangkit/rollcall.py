@@ -70,6 +70,9 @@ VERDICTS = ("MISSED", "SPLIT", "TOGETHER", "GONE", "SLOW", "NO_HANG", "INCONCLUS
 ROLES = ("waiting", "divergent", "exited", "progressing", "unknown")
 SUMMARY_VERSION = 1
 SUMMARY_SUFFIX = ".summary.json"
+#: a rank that wrote nothing (no dump, no check-in) for max(3 periods, this) seconds while
+#: others kept writing "went silent" (cross-node clock skew stays well below it)
+SILENT_MIN_S = 5.0
 
 # --- frame classification -------------------------------------------------------
 
@@ -1231,7 +1234,7 @@ def _apply_timing(facts: Dict[int, dict]) -> None:
     - a stuck rank that checked in (heartbeat counter > 0) after its last dump is
       *progressing*: its dumps are history;
     - a rank that wrote nothing (no dump, no check-in) for more than
-      max(3 watchdog periods, 10 s) while another rank kept writing *went silent*:
+      max(3 watchdog periods, SILENT_MIN_S = 5 s) while another rank kept writing *went silent*:
       a watched rank that is stuck keeps dumping every period, so it exited, was
       killed, or its node is gone (state *exited*).
     Copies whose mtimes were reset (a plain copy) look fresh and change nothing.
@@ -1255,7 +1258,7 @@ def _apply_timing(facts: Dict[int, dict]) -> None:
         period = f.get("period_s") or (hb or {}).get("period_s")
         if r in lasts and period and f.get("state") in ("stuck", "progressing", "unknown"):
             silent = ref - lasts[r]
-            if silent > max(3 * period, 10.0):
+            if silent > max(3 * period, SILENT_MIN_S):
                 f["state"] = "exited"
                 f["silent_s"] = round(silent, 1)
                 f["exit"] = ("went silent: nothing written for %.0f s while other ranks kept writing "

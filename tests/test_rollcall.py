@@ -444,3 +444,46 @@ def test_slow_ranks_whose_samples_keep_changing(tmp_path):
     assert rep.suspect_ranks == [] and {g.role for g in rep.groups} == {"progressing"}
     assert all(f["state"] == "progressing" and f["mode"] * 2 <= f["n"] for f in rep.ranks.values())
     assert "no hang" in render_text(rep)
+
+
+QUIET_PROG = """
+import os, sys, time
+from hpc_hangkit.boot import _hangkit_core as core
+scr, rank, period, stay, checkins = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
+pid = os.getpid()
+core.arm(dest=os.path.join(scr, "watchdog", "rank_%d.pid%d.log" % (rank, pid)), period_s=period, rank=rank,
+         world=2, heartbeat_path=os.path.join(scr, "heartbeats", "rank_%d.pid%d.hb" % (rank, pid)))
+for i in range(checkins):
+    core.checkpoint("step %d" % i)
+    time.sleep(0.05)
+def waiting_for_peer():
+    time.sleep(stay)
+waiting_for_peer()
+"""
+
+
+def test_a_rank_that_went_silent_is_gone(tmp_path):
+    """Rank 0 exits cleanly (no traceback); rank 1 keeps dumping: rank 0 went silent -> GONE."""
+    pytest.importorskip("hpc_hangkit.parse.heartbeat", reason="heartbeat reader (H1) not installed")
+    prog = tmp_path / "quiet.py"
+    prog.write_text(QUIET_PROG)
+    scr = tmp_path / "scratch"
+    early = subprocess.Popen([sys.executable, str(prog), str(scr), "0", "0.3", "1.0", "0"])
+    late = subprocess.Popen([sys.executable, str(prog), str(scr), "1", "0.3", "8.0", "0"])
+    assert early.wait(timeout=60) == 0 and late.wait(timeout=60) == 0
+    rep = report_from_dir(str(scr))
+    assert rep.verdict == "GONE" and rep.suspect_ranks == [0], render_text(rep)
+    assert rep.ranks[0]["state"] == "exited" and "went silent" in rep.ranks[0]["exit"]
+    assert group_of(rep, 1).role == "waiting" and group_of(rep, 1).frame.function == "waiting_for_peer"
+
+
+def test_no_hang_when_ranks_check_in_and_never_dump(tmp_path):
+    pytest.importorskip("hpc_hangkit.parse.heartbeat", reason="heartbeat reader (H1) not installed")
+    prog = tmp_path / "quiet.py"
+    prog.write_text(QUIET_PROG)
+    scr = tmp_path / "scratch"
+    for r in range(2):
+        subprocess.run([sys.executable, str(prog), str(scr), str(r), "30", "0.1", "3"], check=True, timeout=60)
+    rep = report_from_dir(str(scr))
+    assert rep.verdict == "NO_HANG", render_text(rep)
+    assert rep.checkins()[1]["label"] == "step 2" and rep.checkins()[1]["counter"] == 3
