@@ -731,6 +731,7 @@ def monitor_main(env: Optional[Mapping[str, str]] = None, bin_argv: Optional[Lis
     env = dict(os.environ if env is None else env)
     if env.get(layout.ENV_MODE, "off") == "off":
         return 0
+    os.umask(0o077)   # reports and state it writes (also to file:// storage) are the user's alone
     from hpc_hangkit.config import load_settings
     settings = load_settings(env=env)
     bin_argv = bin_argv or [sys.executable, "-m", "hpc_hangkit"]
