@@ -515,7 +515,9 @@ def read_dir(path: str) -> DirContents:
                 continue
         if lg.rank is None:
             lg.rank = rank_from_name(base)
-        if mt:
+        if mt and "hang_detector" not in os.path.abspath(fp).split(os.sep):
+            # file times are trusted only where the ranks write (node scratch), never in
+            # capture/storage copies, whose times say when they were copied
             lg.mtime = mt[0]
         out.warnings.extend(lg.warnings)
         out.logs.append(lg)
@@ -1256,7 +1258,7 @@ def _apply_timing(facts: Dict[int, dict]) -> None:
             f["detail"] = "checked in (%s) %.0f s after its last dump: moving" % (
                 json.dumps(hb.get("label") or ""), hb["wall_s"] - lw)
         period = f.get("period_s") or (hb or {}).get("period_s")
-        if r in lasts and period and f.get("state") in ("stuck", "progressing", "unknown"):
+        if lw is not None and period and f.get("state") in ("stuck", "progressing", "unknown"):
             silent = ref - lasts[r]
             if silent > max(3 * period, SILENT_MIN_S):
                 f["state"] = "exited"
@@ -1324,7 +1326,8 @@ def _dedupe(logs: List[ParsedLog]) -> List[ParsedLog]:
         if lg.kind == "faulthandler" and lg.pid is not None and lg.rank is not None:
             k = (lg.rank, lg.pid)
             old = best.get(k)
-            if old is None or len(lg.samples) > len(old.samples):
+            if old is None or (len(lg.samples), lg.mtime or 0.0, lg.name) > (
+                    len(old.samples), old.mtime or 0.0, old.name):
                 best[k] = lg
         else:
             rest.append(lg)
