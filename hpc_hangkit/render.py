@@ -21,7 +21,11 @@ def _ranks_label(ranks) -> str:
     return ("rank  %s" if len(ranks) == 1 else "ranks %s") % format_ranks(ranks)
 
 
-def render_text(report: Report, via: Optional[int] = _VIA) -> str:
+_MAX_GROUPS = 24  # groups printed in the text report; the rest are counted (all are in --json)
+_MAX_BRANCHES = 16  # children drawn per tree node (text and SVG); the rest are counted
+
+
+def render_text(report: Report, via: Optional[int] = _VIA, max_groups: int = _MAX_GROUPS) -> str:
     """The human roll call: one block per group (its line, ``via`` call chain), the
     ``=>`` sentence (where the collective is, where the bug is), then check-ins,
     missing/unwatched ranks, exit tracebacks, warnings and extension sections.
@@ -34,9 +38,14 @@ def render_text(report: Report, via: Optional[int] = _VIA) -> str:
         report.verdict, n_ranks, "" if n_ranks == 1 else "s", report.samples,
         ", grouped by the innermost %d frames" % report.depth if report.depth else ""))
     out.append("")
-    width = max([len(_ranks_label(g.ranks)) for g in report.groups] + [8])
-    for g in report.groups:
-        label = _ranks_label(g.ranks).ljust(width)
+    shown = report.groups[:max_groups]
+    width = min(max([len(_ranks_label(g.ranks)) for g in shown] + [8]), 24)
+    for g in shown:
+        label = _ranks_label(g.ranks)
+        if len(label) > width:  # a long rank set gets its own line
+            out.append(label)
+            label = ""
+        label = label.ljust(width)
         if g.role == "unknown" or g.frame is None:
             out.append("%s  no position: %s" % (label, g.detail or "no usable stack sample"))
             continue
@@ -53,6 +62,10 @@ def render_text(report: Report, via: Optional[int] = _VIA) -> str:
         if g.detail and g.role not in ("waiting", "divergent"):
             d = g.detail if len(g.detail) <= 200 else g.detail[:197] + "..."
             out.append("%s        (%s)" % (" " * width, d))
+    if len(report.groups) > len(shown):
+        rest = report.groups[len(shown):]
+        out.append("... %d more group%s (%d ranks): see --json or --tree" % (
+            len(rest), "" if len(rest) == 1 else "s", sum(len(g.ranks) for g in rest)))
     if not report.groups:
         out.append("(no rank has a stack sample)")
     out.append("")
@@ -205,8 +218,13 @@ def render_tree(report: Report) -> str:
             out.append(prefix + "+-" + label)
             child_prefix = prefix + ("  " if is_last else "| ")
         kids = sorted(node.children.values(), key=lambda n: (-len(n.ranks), n.ranks[0]))
+        more = kids[_MAX_BRANCHES:]
+        kids = kids[:_MAX_BRANCHES]
         for i, c in enumerate(kids):
-            walk(c, child_prefix, i == len(kids) - 1, False)
+            walk(c, child_prefix, i == len(kids) - 1 and not more, False)
+        if more:
+            out.append(child_prefix + "+-... %d more branches (%d ranks)" % (
+                len(more), sum(len(c.ranks) for c in more)))
 
     kids = sorted(root.children.values(), key=lambda n: (-len(n.ranks), n.ranks[0]))
     for c in kids:
@@ -233,7 +251,7 @@ def render_svg(report: Report) -> str:
     leaf = [0]
 
     def place(node, depth):
-        kids = sorted(node.children.values(), key=lambda n: (-len(n.ranks), n.ranks[0]))
+        kids = sorted(node.children.values(), key=lambda n: (-len(n.ranks), n.ranks[0]))[:_MAX_BRANCHES]
         if not kids:
             y = float(leaf[0])
             leaf[0] += 1

@@ -1092,7 +1092,7 @@ def _verdict(rep: Report, groups: List[Group], facts: Dict[int, dict]):
     unique_big = len(big.ranks) > len(stuck[1].ranks)
     majority = unique_big and len(big.ranks) * 2 > n_stuck
     known = [g for g in stuck if g.in_collective]
-    lines = "; ".join("%s at %s" % (rs(g.ranks), where(g)) for g in stuck)
+    lines = _join(["%s at %s" % (rs(g.ranks), where(g)) for g in stuck])
     if len(known) >= 2:
         rep.verdict = "SPLIT"
         for g in stuck:
@@ -1121,7 +1121,7 @@ def _verdict(rep: Report, groups: List[Group], facts: Dict[int, dict]):
                       "is where the collective is; %s %s where the bug is." % (
                           len(w.ranks), n_stuck, where(w), rs(rep.suspect_ranks),
                           "is" if len(rep.suspect_ranks) == 1 else "are",
-                          "; ".join(where(g) for g in others), rs(rep.suspect_ranks),
+                          _join([where(g) for g in others]), rs(rep.suspect_ranks),
                           "is" if len(rep.suspect_ranks) == 1 else "are"))
     elif majority:
         rep.verdict = "MISSED"
@@ -1134,7 +1134,7 @@ def _verdict(rep: Report, groups: List[Group], facts: Dict[int, dict]):
                       "%s %s where the bug is." % (
                           len(big.ranks), n_stuck, where(big), rs(rep.suspect_ranks),
                           "is" if len(rep.suspect_ranks) == 1 else "are",
-                          "; ".join(where(g) for g in stuck[1:]), rs(rep.suspect_ranks),
+                          _join([where(g) for g in stuck[1:]]), rs(rep.suspect_ranks),
                           "is" if len(rep.suspect_ranks) == 1 else "are"))
     else:
         rep.verdict = "SPLIT"
@@ -1145,6 +1145,13 @@ def _verdict(rep: Report, groups: List[Group], facts: Dict[int, dict]):
     if absent:
         rep.reason += " Not seen: %s." % rs(absent)
     rep.groups = stuck + unknown
+
+
+def _join(items: List[str], n: int = 4) -> str:
+    """``a; b; c`` with at most ``n`` items, then ``and K more``."""
+    if len(items) <= n:
+        return "; ".join(items)
+    return "; ".join(items[:n]) + "; and %d more" % (len(items) - n)
 
 
 _CONSEQUENCE_RE = re.compile(r"closed by peer|reset by peer|remote worker|remote process|[Tt]imed out|"
@@ -1208,7 +1215,7 @@ def _gone(rep, stuck, prog, gone, unknown, facts, where, rs, total_seen):
                       "%s did not fail that way; last seen at %s. %s went the other way (left without an "
                       "error, or is still elsewhere): %s %s where the bug is." % (
                           rs(victims), verr, "they are" if len(victims) > 1 else "it is a",
-                          rs(alive_ranks).capitalize(), "; ".join(where(g) for g in alive),
+                          rs(alive_ranks).capitalize(), _join([where(g) for g in alive]),
                           "It" if len(alive_ranks) == 1 else "They", rs(alive_ranks),
                           "is" if len(alive_ranks) == 1 else "are"))
         rep.groups = alive + gone + unknown
@@ -1221,7 +1228,7 @@ def _gone(rep, stuck, prog, gone, unknown, facts, where, rs, total_seen):
         rep.reason = ("all observed ranks exited (%s). Before exiting, %s were at %s and %s elsewhere (%s): "
                       "%s %s where the bug is." % (
                           verr, rs(big.ranks), where(big), rs(rep.suspect_ranks),
-                          "; ".join(where(g) for g in gone[1:]), rs(rep.suspect_ranks),
+                          _join([where(g) for g in gone[1:]]), rs(rep.suspect_ranks),
                           "is" if len(rep.suspect_ranks) == 1 else "are"))
     else:
         rep.suspect_ranks = []
