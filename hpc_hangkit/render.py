@@ -33,7 +33,8 @@ def render_text(report: Report, via: Optional[int] = _VIA, max_groups: int = _MA
     ``via``: how many frames outward of each group's line to print (None: all).
     """
     out: List[str] = []
-    n_ranks = report.world or len(report.ranks)
+    checkins = report.checkins()
+    n_ranks = max(report.world or 0, len(report.ranks))
     out.append("hpc-hangkit roll call: %s  (%d rank%s, position = mode of the last %d samples%s)" % (
         report.verdict, n_ranks, "" if n_ranks == 1 else "s", report.samples,
         ", grouped by the innermost %d frames" % report.depth if report.depth else ""))
@@ -59,6 +60,9 @@ def render_text(report: Report, via: Optional[int] = _VIA, max_groups: int = _MA
         out.append(line)
         for f in g.via(via):
             out.append("%s        via  %s" % (" " * width, short_where(f)))
+        ck = _group_checkins(g, checkins)
+        if ck:
+            out.append("%s        last check-in: %s" % (" " * width, ck))
         if g.detail and g.role not in ("waiting", "divergent"):
             d = g.detail if len(g.detail) <= 200 else g.detail[:197] + "..."
             out.append("%s        (%s)" % (" " * width, d))
@@ -74,7 +78,6 @@ def render_text(report: Report, via: Optional[int] = _VIA, max_groups: int = _MA
         out.append("")
         out.append("suspect rank%s: %s" % ("" if len(report.suspect_ranks) == 1 else "s",
                                           format_ranks(report.suspect_ranks)))
-    checkins = report.checkins()
     if checkins:
         out.append("")
         if all(c["counter"] == 0 for c in checkins.values()):
@@ -124,6 +127,28 @@ def render_text(report: Report, via: Optional[int] = _VIA, max_groups: int = _MA
         if len(report.warnings) > 40:
             out.append("  ... %d more (see --json)" % (len(report.warnings) - 40))
     return "\n".join(out) + "\n"
+
+
+def _group_checkins(g, checkins) -> str:
+    """``"step 3", 41 s ago`` for a group whose ranks share a label; per-label rank sets otherwise."""
+    by: Dict[str, List[int]] = {}
+    ages: Dict[str, float] = {}
+    for r in g.ranks:
+        c = checkins.get(r)
+        if not c or not c["counter"]:
+            continue
+        lab = c["label"] or "(no label)"
+        by.setdefault(lab, []).append(r)
+        if c["age_s"] is not None:
+            ages[lab] = max(ages.get(lab, 0.0), c["age_s"])
+    if not by:
+        return ""
+    parts = []
+    for lab, rs in sorted(by.items(), key=lambda kv: kv[1][0])[:4]:
+        age = ", %s ago" % _age(ages[lab]) if lab in ages else ""
+        who = "" if len(by) == 1 and len(rs) == len(g.ranks) else " (%s)" % _ranks_label(rs).replace("  ", " ")
+        parts.append("%s%s%s" % (json.dumps(lab), age, who))
+    return "; ".join(parts)
 
 
 def _age(s: float) -> str:

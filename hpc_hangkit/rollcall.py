@@ -974,6 +974,15 @@ def build_report(summary: dict, *, depth: Optional[int] = None, world_size: Opti
             detail = "samples still changing: this rank is moving"
         groups.append(Group(rs, st, st, py, nat, colls[0] if colls else coll, detail, key=cid))
     _verdict(rep, groups, facts)
+    labels = {}
+    for r in rep.suspect_ranks:
+        hb = (facts.get(r) or {}).get("hb")
+        if hb and hb.get("counter", 0) > 0:
+            labels.setdefault(hb.get("label") or "(no label)", []).append(r)
+    if labels and len(labels) <= 3 and rep.verdict != "TOGETHER":
+        rep.reason += " " + " ".join(
+            "%s last checked in at %s." % (("Rank %s" if len(rs_) == 1 else "Ranks %s") % format_ranks(rs_),
+                                          json.dumps(lab)) for lab, rs_ in sorted(labels.items()))
     rep.stack_verdict = rep.verdict
     stuck_n = [f.get("n", 0) for f in facts.values() if f.get("state") == "stuck"]
     if stuck_n and max(stuck_n) == 1 and rep.verdict not in ("INCONCLUSIVE", "NO_HANG"):
@@ -1084,6 +1093,7 @@ def _verdict(rep: Report, groups: List[Group], facts: Dict[int, dict]):
             rep.reason = ("all %d ranks are waiting together at %s: this is not a missed collective. Check "
                           "what the ranks passed there (shapes, dtypes, sequence numbers: Flight Recorder), "
                           "the network and NCCL (RAS, NCCL logs) and the GPUs (nvidia-smi)." % (n_stuck, where(g)))
+            _together_labels(rep, g, facts, rs)
         rep.groups = stuck + unknown
         return
 
@@ -1145,6 +1155,31 @@ def _verdict(rep: Report, groups: List[Group], facts: Dict[int, dict]):
     if absent:
         rep.reason += " Not seen: %s." % rs(absent)
     rep.groups = stuck + unknown
+
+
+def _together_labels(rep, g, facts, rs):
+    """TOGETHER at one line, but their last check-ins differ (e.g. one rank a step or a
+    collective sequence number behind): name the minority label's ranks as suspects."""
+    by: Dict[str, List[int]] = {}
+    for r in g.ranks:
+        hb = facts[r].get("hb")
+        if not hb or not hb.get("counter"):
+            return  # labels are only evidence when every rank checked in
+        by.setdefault(hb.get("label") or "", []).append(r)
+    if len(by) < 2:
+        return
+    top = sorted(by.items(), key=lambda kv: (-len(kv[1]), kv[1][0]))
+    if len(top[0][1]) * 2 <= len(g.ranks):
+        rep.reason += (" But their last check-ins differ (%s): they may be in different iterations of this "
+                       "collective." % _join(["%s at %s" % (rs(v), json.dumps(k)) for k, v in top]))
+        return
+    odd = sorted(r for _, v in top[1:] for r in v)
+    rep.suspect_ranks = odd
+    rep.reason += (" But their last check-ins differ: %s checked in at %s, %s at %s. %s may be one step or "
+                   "collective behind (compare Flight Recorder sequence ids): the likely suspect%s." % (
+                       rs(top[0][1]), json.dumps(top[0][0]), rs(odd),
+                       _join([json.dumps(k) for k, _ in top[1:]], 3), rs(odd).capitalize(),
+                       "" if len(odd) == 1 else "s"))
 
 
 def _join(items: List[str], n: int = 4) -> str:

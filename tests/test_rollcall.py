@@ -299,9 +299,10 @@ import os, sys, time
 from hpc_hangkit.boot import _hangkit_core as core
 rank, label, then = int(sys.argv[2]), sys.argv[3], sys.argv[4]
 scr = sys.argv[1]
+world = int(sys.argv[5]) if len(sys.argv) > 5 else 2
 pid = os.getpid()
 core.arm(dest=os.path.join(scr, "watchdog", "rank_%d.pid%d.log" % (rank, pid)), period_s=0.3, rank=rank,
-         world=2, heartbeat_path=os.path.join(scr, "heartbeats", "rank_%d.pid%d.hb" % (rank, pid)))
+         world=world, heartbeat_path=os.path.join(scr, "heartbeats", "rank_%d.pid%d.hb" % (rank, pid)))
 core.checkpoint(label)
 def blocked_here():
     time.sleep(1.6)
@@ -491,3 +492,18 @@ def test_no_hang_when_ranks_check_in_and_never_dump(tmp_path):
     rep = report_from_dir(str(scr))
     assert rep.verdict == "NO_HANG", render_text(rep)
     assert rep.checkins()[1]["label"] == "step 2" and rep.checkins()[1]["counter"] == 3
+
+
+def test_together_at_one_line_but_a_rank_checked_in_a_step_behind(tmp_path):
+    """Same line everywhere (TOGETHER), but rank 1's last checkpoint label is a step behind."""
+    pytest.importorskip("hpc_hangkit.parse.heartbeat", reason="heartbeat reader (H1) not installed")
+    prog = tmp_path / "hb.py"
+    prog.write_text(HB_PROG)
+    scr = tmp_path / "scratch"
+    for r, label in ((0, "step 12"), (1, "step 11"), (2, "step 12")):
+        subprocess.run([sys.executable, str(prog), str(scr), str(r), label, "-", "3"], check=True, timeout=60)
+    rep = report_from_dir(str(scr))
+    assert rep.verdict == "TOGETHER" and rep.suspect_ranks == [1], render_text(rep)
+    text = render_text(rep)
+    assert 'rank 1 at "step 11"' in text
+    assert 'last check-in: "step 12"' in text and '(rank 1)' in text
