@@ -69,7 +69,7 @@ def main():
         time.sleep(2)
         probe = [timed(user(["srun", "--overlap", "--jobid", jid, "-w", "hk2", "-N1", "-n1",
                              "--hang-detect=off", os.path.join(HK_ROOT, "bin", "hpc-hangkit"),
-                             "slurm-probe", "--scratch", "/tmp/hpc-hangkit/job_%s/attempt_0" % jid)], cwd=WORK)
+                             "slurm-probe", "--scratch", "/tmp/hpc-hangkit/job_%s/attempt_0" % jid]), cwd=WORK)
                  for _ in range(a.runs)]
         print("srun --overlap probe of 1 node: %.2f s" % statistics.median(probe))
     finally:
