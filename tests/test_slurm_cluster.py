@@ -382,3 +382,42 @@ def test_admin_requeue_does_not_spend_the_hang_budget(jobs):
     assert i.state == "COMPLETED" and i.restarts == 2
     st = _requeue_state(j)
     assert st["hang_requeues"] == 1 and st["hangs"][0]["attempt"] == 1
+
+
+def _monitor_pids(j):
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = open("/proc/%s/cmdline" % pid, "rb").read()
+            env = open("/proc/%s/environ" % pid, "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if b"slurm-monitor" in cmd and ("SLURM_JOB_ID=%s" % j).encode() in env:
+            found.append(int(pid))
+    return found
+
+
+@pytest.mark.timeout(120)
+def test_monitor_ends_with_the_job(jobs):
+    j = jobs.submit("short", "#!/bin/bash\n#SBATCH -N1 -t 1 -o %s/out-%%j.txt\nsleep 6\necho done\n" % WORK)
+    wait_for(lambda: _monitor_pids(j), 30, "the monitor of job %s" % j)
+    i = wait_end(j, 60)
+    assert i.state == "COMPLETED"
+    wait_for(lambda: not _monitor_pids(j), 15, "the monitor to exit with the job")
+    assert "monitor for job %s attempt 0" % j not in out_of(j)          # INFO goes to monitor.log only
+
+
+@pytest.mark.timeout(120)
+def test_array_task_ids_resolve_to_their_own_job(jobs):
+    j = jobs.submit("arr", "#!/bin/bash\n#SBATCH -N1 -t 1 -o /dev/null\nsleep 20\n", "--array=1-2",
+                    "--hang-detect=off")
+    wait_for(lambda: info(j + "_1").state == "RUNNING" and info(j + "_2").state == "RUNNING", 60,
+             "array tasks %s_1 and _2 to run" % j)
+    uid1, uid2 = slurm.resolve_job_id(j + "_1"), slurm.resolve_job_id(j + "_2")
+    assert uid1.isdigit() and uid2.isdigit() and uid1 != uid2 and j in (uid1, uid2)
+    assert slurm.resolve_job_id(j) == j
+    t = info(j + "_2")
+    assert t.array_job_id == j and t.array_task_id == "2" and t.batch and t.nodes
+    with pytest.raises(ValueError):
+        slurm.resolve_job_id(j + "_[1-2]")
+    subprocess.run(["scancel", j], timeout=30)
