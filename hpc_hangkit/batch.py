@@ -732,8 +732,12 @@ def monitor_main(env: Optional[Mapping[str, str]] = None, bin_argv: Optional[Lis
     if env.get(layout.ENV_MODE, "off") == "off":
         return 0
     os.umask(0o077)   # reports and state it writes (also to file:// storage) are the user's alone
-    from hpc_hangkit.config import load_settings
-    settings = load_settings(env=env)
+    from hpc_hangkit.config import ConfigError, load_settings
+    try:
+        settings = load_settings(env=env)
+    except ConfigError as e:
+        sys.stderr.write("hpc-hangkit: hang monitor not started for this job: %s\n" % e)
+        return 0
     bin_argv = bin_argv or [sys.executable, "-m", "hpc_hangkit"]
     bm = BatchMonitor(settings, env, bin_argv)
     _setup_logging(bm.hd_dir)

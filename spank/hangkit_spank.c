@@ -213,42 +213,69 @@ static int _key_ok(const char *k, size_t n)
  * user set in the job environment wins over the site value. */
 static int strip_only = 0;      /* step with --hang-detect=off in an armed job */
 
+#define PP_MAX (128 * 1024)
+
+/* The job's current PYTHONPATH into a heap buffer: 1 found, 0 unset,
+ * -1 unreadable (too long, or no memory): then PYTHONPATH is left alone. */
+static int _get_pythonpath(spank_t sp, char **out)
+{
+	spank_err_t rc;
+
+	*out = malloc(PP_MAX);
+	if (!*out)
+		return -1;
+	rc = spank_getenv(sp, "PYTHONPATH", *out, PP_MAX);
+	if (rc == ESPANK_SUCCESS)
+		return (*out)[0] ? 1 : 0;
+	if (rc == ESPANK_ENV_NOEXIST) {
+		(*out)[0] = '\0';
+		return 0;
+	}
+	free(*out);
+	*out = NULL;
+	return -1;
+}
+
 static void _apply(spank_t sp, char *key, char *val)
 {
-	char old[PATH_MAX * 4];
+	char *old = NULL;
+	int have;
 
 	if (strip_only) {
 		/* take the boot directory back out of an inherited PYTHONPATH */
 		size_t vl = strlen(val);
-		if (strcmp(key, "PYTHONPATH") ||
-		    spank_getenv(sp, "PYTHONPATH", old, sizeof(old))
-		    != ESPANK_SUCCESS || strncmp(old, val, vl))
+		if (strcmp(key, "PYTHONPATH"))
 			return;
-		if (old[vl] == '\0')
-			spank_unsetenv(sp, "PYTHONPATH");
-		else if (old[vl] == ':')
-			spank_setenv(sp, "PYTHONPATH", old + vl + 1, 1);
+		if (_get_pythonpath(sp, &old) == 1 && !strncmp(old, val, vl)) {
+			if (old[vl] == '\0')
+				spank_unsetenv(sp, "PYTHONPATH");
+			else if (old[vl] == ':')
+				spank_setenv(sp, "PYTHONPATH", old + vl + 1, 1);
+		}
+		free(old);
 		return;
 	}
 	if (!strcmp(key, "HANGKIT_MODE"))
 		return;
 	if (!strcmp(key, "PYTHONPATH")) {
-		if (spank_getenv(sp, "PYTHONPATH", old, sizeof(old))
-		    == ESPANK_SUCCESS && old[0]) {
-			size_t vl = strlen(val);
-			/* already first (inherited from the batch script) */
-			if (!strncmp(old, val, vl) &&
-			    (old[vl] == ':' || old[vl] == '\0'))
-				return;
+		size_t vl = strlen(val);
+		have = _get_pythonpath(sp, &old);
+		if (have < 0) {
+			slurm_error("hpc-hangkit: PYTHONPATH unreadable or over %d "
+				    "bytes: this task is not armed", PP_MAX);
+		} else if (have == 0) {
+			spank_setenv(sp, key, val, 1);
+		} else if (!(!strncmp(old, val, vl) &&
+			     (old[vl] == ':' || old[vl] == '\0'))) {
+			/* not already first (inherited from the batch script) */
 			char *both = malloc(vl + strlen(old) + 2);
-			if (!both)
-				return;
-			sprintf(both, "%s:%s", val, old);
-			spank_setenv(sp, key, both, 1);
-			free(both);
-			return;
+			if (both) {
+				sprintf(both, "%s:%s", val, old);
+				spank_setenv(sp, key, both, 1);
+				free(both);
+			}
 		}
-		spank_setenv(sp, key, val, 1);
+		free(old);
 		return;
 	}
 	spank_setenv(sp, key, val, !strcmp(key, "HANGKIT_SCRATCH_DIR"));

@@ -421,3 +421,30 @@ def test_array_task_ids_resolve_to_their_own_job(jobs):
     with pytest.raises(ValueError):
         slurm.resolve_job_id(j + "_[1-2]")
     subprocess.run(["scancel", j], timeout=30)
+
+
+@pytest.mark.timeout(120)
+def test_misspelled_setting_is_reported_and_the_job_still_runs(jobs):
+    text = """#!/bin/bash
+#SBATCH -N1 -t 1 -o %s/out-%%j.txt
+sleep 4
+echo "script ran"
+""" % WORK
+    # exported at submit time: the job (and so the monitor) sees the typo
+    path = os.path.join(WORK, "typo-%d.sh" % os.getpid())
+    with open(path, "w") as f:
+        f.write(text)
+    os.chmod(path, 0o755)
+    env = dict(user_env(), HANGKIT_CONFIRM_DURATON_S="5")
+    p = subprocess.run([shutil.which("runuser") or "/usr/sbin/runuser", "-u", USER, "--", "sbatch", "--parsable",
+                        path], cwd=WORK, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+    assert p.returncode == 0, p.stderr
+    j = p.stdout.decode().strip()
+    try:
+        i = wait_end(j, 60)
+    finally:
+        subprocess.run(["scancel", j], timeout=30)
+    out = out_of(j)
+    assert i.state == "COMPLETED" and "script ran" in out
+    assert "hpc-hangkit: hang monitor not started for this job" in out
+    assert "HANGKIT_CONFIRM_DURATION_S" in out                  # the did-you-mean
