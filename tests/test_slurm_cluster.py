@@ -448,3 +448,19 @@ echo "script ran"
     assert i.state == "COMPLETED" and "script ran" in out
     assert "hpc-hangkit: hang monitor not started for this job" in out
     assert "HANGKIT_CONFIRM_DURATION_S" in out                  # the did-you-mean
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("how", ["srun", "salloc"])
+def test_interactive_jobs_are_armed_too(cluster, how):
+    show = ["bash", "-c", 'echo "$(hostname) $HANGKIT_MODE $HANGKIT_SCRATCH_DIR $PYTHONPATH"']
+    if how == "srun":
+        p = as_user(["srun", "--hang-detect=fail", "-N2", "-n2"] + show)
+    else:
+        p = as_user(["salloc", "--hang-detect=fail", "-N2", "srun", "-n2"] + show)
+    assert p.returncode == 0, p.stderr.decode()
+    lines = sorted(p.stdout.decode().split("\n"))[-2:]
+    assert [ln.split()[0] for ln in lines] == ["hk1", "hk2"]
+    for ln in lines:
+        host, mode, scratch, pp = ln.split()
+        assert mode == "fail" and scratch.startswith("/tmp/hpc-hangkit/job_") and pp.endswith("hpc_hangkit/boot")
