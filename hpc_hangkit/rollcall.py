@@ -234,9 +234,12 @@ def is_startup(chain: Sequence[Frame]) -> bool:
 
 
 def short_where(f: Frame) -> str:
-    """``"base.py:61 in sync_grads"``: a frame as people read it (full path in JSON)."""
+    """``"base.py:61 in sync_grads"``: a frame as people read it (full path in JSON).
+    Line 0 (unknown, or a polling loop over several lines) prints as ``"base.py in f"``."""
     if f.native:
         return "%s (%s)" % (f.function, _basename(f.file))
+    if not f.line:
+        return "%s in %s" % (_basename(f.file), f.function)
     return "%s:%d in %s" % (_basename(f.file), f.line, f.function)
 
 
@@ -351,6 +354,17 @@ def rank_facts(samples: Sequence[Sample], k: int = 5, chains: Optional[dict] = N
     out["n"] = n
     out["mode"] = counts[mode]
     out["key"] = mode
+    loop = _loop_position(last) if n >= 3 and n - counts[mode] >= 2 else None
+    if loop is not None:
+        # the same function on the same call path in every sample, only the line moves (and
+        # not just once): a polling loop. Its position is the loop (line 0), not one line.
+        func_frames, lines = loop
+        out["state"] = "stuck"
+        out["key"] = _remember(chains, func_frames)
+        out["mode"] = n
+        out["detail"] = "looping in %s (lines %s): the same call, only the line changes" % (
+            func_frames[0].function, ", ".join(str(x) for x in lines))
+        return out
     if n >= 3 and counts[mode] * 2 <= n:
         out["state"] = "progressing"
         out["key"] = last[-1][0]
@@ -361,6 +375,26 @@ def rank_facts(samples: Sequence[Sample], k: int = 5, chains: Optional[dict] = N
             out["detail"] = "%d of its last %d samples here (the others caught it mid-transition)" % (
                 counts[mode], n)
     return out
+
+
+def _loop_position(last: List[Tuple[str, tuple]]):
+    """If all samples share the call path and the innermost function, differing only in the
+    innermost line (a polling loop), return (chain with that line set to 0, sorted lines)."""
+    shapes = set()
+    lines = set()
+    first = None
+    for _cid, fr in last:
+        py = tuple(f for f in fr if not f.native)
+        if not py:
+            return None
+        shapes.add((_canon(py[0])[0], _canon(py[0])[2]) + _key_of(py[1:]))
+        lines.add(py[0].line)
+        if first is None:
+            first = py
+        if len(shapes) > 1:
+            return None
+    f0 = first[0]
+    return (frame(f0.file, 0, f0.function),) + first[1:], sorted(lines)
 
 
 def _remember(chains: dict, frames_t: Sequence[Frame]) -> str:
@@ -954,6 +988,14 @@ def build_report(summary: dict, *, depth: Optional[int] = None, world_size: Opti
         cur = rep_cid.get(bk)
         if cur is None or (cur != f["key"] and rank_of(f["key"]) > rank_of(cur)):
             rep_cid[bk] = f["key"]
+    # ranks stuck at one line of a function in which other ranks are seen looping join the loop
+    loops = {gk for (st, gk) in buckets if st == "stuck" and gk and gk[0][1] == 0}
+    if loops:
+        for (st, gk) in list(buckets):
+            if st == "stuck" and gk and gk[0][1] != 0:
+                shape = ((gk[0][0], 0, gk[0][2]),) + gk[1:]
+                if shape in loops:
+                    buckets[(st, shape)].extend(buckets.pop((st, gk)))
     groups: List[Group] = []
     for (st, gk), rs in buckets.items():
         if st == "unknown":

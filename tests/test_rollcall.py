@@ -507,3 +507,43 @@ def test_together_at_one_line_but_a_rank_checked_in_a_step_behind(tmp_path):
     text = render_text(rep)
     assert 'rank 1 at "step 11"' in text
     assert 'last check-in: "step 12"' in text and '(rank 1)' in text
+
+
+POLL_PROG = """
+import os, sys, time
+from hpc_hangkit.boot import _hangkit_core as core
+scr, rank = sys.argv[1], int(sys.argv[2])
+core.arm(dest=os.path.join(scr, "watchdog", "rank_%d.pid%d.log" % (rank, os.getpid())), period_s=0.17,
+         rank=rank, world=3)
+def poll_until_done():
+    while True:
+        time.sleep(0.03)  # like req.Test() in mpi4py: C code, no Python frame of its own
+        time.sleep(0.03)
+def elsewhere():
+    time.sleep(60)
+if rank == 1:
+    elsewhere()
+else:
+    poll_until_done()
+"""
+
+
+def test_a_polling_loop_is_stuck_not_slow(tmp_path, spawn):
+    """Ranks spinning in a polling loop (only the line moves, within one function) are stuck
+    in that loop, not progressing: the sample-change rule alone would call them moving."""
+    prog = tmp_path / "poll.py"
+    prog.write_text(POLL_PROG)
+    scr = tmp_path / "scratch"
+    for r in range(3):
+        spawn([sys.executable, str(prog), str(scr), str(r)])
+    import time
+    time.sleep(3.0)
+    rep = report_from_dir(str(scr))
+    assert rep.verdict == "MISSED" and rep.suspect_ranks == [1], render_text(rep)
+    loop = group_of(rep, 0)
+    assert loop.ranks == [0, 2] and loop.frame.function == "poll_until_done"
+    for r in (0, 2):
+        f = rep.ranks[r]
+        assert f["state"] == "stuck"
+        if f["mode"] == f["n"] and "looping" in (f.get("detail") or ""):
+            assert loop.frame.line == 0  # the loop, not one of its lines
