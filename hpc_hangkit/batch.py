@@ -36,9 +36,16 @@ which returns what it captured), the roll call over the combined tree
   ``~/.hpc-hangkit/jobs/<job_id>/`` without storage), not in
   SLURM_RESTART_COUNT, which also counts preemption and node failure. When a
   requeue is not allowed, the job is ended (``scancel``) with the reason and the
-  report path in its output.
+  report path in its output, and its Comment set to
+  ``hpc-hangkit: hang confirmed, not requeued: <reason>; report: <path>`` (how a
+  script tells this apart from any other cancel; a monitor failure never ends a job).
 
-Log: ``<scratch>/hang_detector/monitor.log`` and the job's stderr.
+Every attempt's ``report.txt``/``report.json`` is also copied to
+``<storage_url>/<job_id>/attempt_<n>/hang_detector/`` right after capture, so the
+next attempt and the user see it before any epilog runs.
+
+Log: ``<scratch>/hang_detector/monitor.log`` (INFO and up) and the job's stderr
+(WARNING and up). The monitor writes with umask 077.
 """
 import base64
 import json
