@@ -45,7 +45,6 @@ INCONCLUSIVE into its own verdict (e.g. SAME_LINE_DIFFERENT_ARGS).
 """
 import hashlib
 import json
-import logging
 import os
 import re
 import sys
@@ -63,7 +62,6 @@ __all__ = [
     "short_error", "adopt_sections",
 ]
 
-log = logging.getLogger("hpc_hangkit.rollcall")
 
 VERDICTS = ("MISSED", "SPLIT", "TOGETHER", "GONE", "SLOW", "NO_HANG", "INCONCLUSIVE",
             "SAME_LINE_DIFFERENT_ARGS")
