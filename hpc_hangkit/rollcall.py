@@ -26,8 +26,10 @@ Rules (each has a regression test):
   not split a group. Start-up samples (an import in progress:
   ``importlib._bootstrap`` frames) never decide a position.
 - **State per rank**: ``stuck`` (the mode holds a strict majority of the last K
-  samples), ``progressing`` (three or more samples and no majority: the rank
-  is still moving), ``exited`` (a fatal-error dump or an exit traceback),
+  samples, or every sample is in one polling loop: same call path and function,
+  only the line moves), ``progressing`` (three or more samples and no majority,
+  or a check-in after its last dump), ``exited`` (a fatal-error dump, an exit
+  traceback, or it went silent in node scratch while others kept writing),
   ``unknown`` (no usable sample: only start-up dumps, py-spy refused, ...).
 - **Grouping** by the Python call chain of the main thread (file, line,
   function of every frame; ``depth`` limits it to the innermost N frames).
