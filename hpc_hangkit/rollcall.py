@@ -89,7 +89,8 @@ _STDLIB = frozenset(getattr(sys, "stdlib_module_names", ()) or (
     "pickle", "copy", "collections", "enum", "inspect", "traceback", "linecache", "tempfile"))
 _COLLECTIVE_NATIVE = re.compile(r"(^c10d::|^gloo::|^PMPI_|^MPI_|^MPIR_|^ompi_|^ncclGroup|^nccl[A-Z]"
                                 r"|^MPIDI_|^mca_coll)")
-_TORCH_DIST = ("torch/distributed/", "torch\\distributed\\")
+_TORCH_DIST = ("torch/distributed/", "torch\\distributed\\", "torch/nn/parallel/distributed.py",
+               "deepspeed/comm/", "horovod/")
 _TORCH_WRAPPERS = frozenset(("wrapper", "_exception_logger.<locals>.wrapper", "_time_logger.<locals>.wrapper"))
 
 
@@ -169,7 +170,7 @@ def collective_of(chain: Sequence[Frame]) -> Optional[str]:
                 native_hit = f.function.split("(")[0]
             continue
         p = f.file
-        if any(t in p for t in _TORCH_DIST) or p.startswith("torch/distributed"):
+        if any(t in p for t in _TORCH_DIST) or p.startswith(("torch/distributed", "deepspeed/comm")):
             if f.function in _TORCH_WRAPPERS or f.function.endswith(".wrapper"):
                 continue
             return f.function.rsplit(".", 1)[-1]

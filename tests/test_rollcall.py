@@ -547,3 +547,30 @@ def test_a_polling_loop_is_stuck_not_slow(tmp_path, spawn):
         assert f["state"] == "stuck"
         if f["mode"] == f["n"] and "looping" in (f.get("detail") or ""):
             assert loop.frame.line == 0  # the loop, not one of its lines
+
+
+def test_capture_tree_and_scratch_together_are_not_double_counted(tmp_path):
+    """The capture copies watchdog logs into hang_detector/; reading both must count each process once."""
+    d = tmp_path / "job"
+    shutil.copytree(fx("gloo_divergent_barrier", "faulthandler"), str(d / "scratch" / "watchdog"))
+    shutil.copytree(fx("gloo_divergent_barrier", "faulthandler"), str(d / "out" / "hang_detector" / "watchdog"))
+    rep = report_from_dir(str(d))
+    one = report_from_dir(str(d / "scratch"))
+    assert rep.to_dict()["groups"] == one.to_dict()["groups"]
+    assert [f["samples_used"] for f in rep.to_dict()["ranks"].values()] == [5, 5, 5, 5]
+
+
+def test_pyspy_only_and_rank_from_pid(tmp_path):
+    rep = report_from_dir(fx("gloo_divergent_barrier", "pyspy"))
+    assert rep.suspect_ranks == [1] and group_of(rep, 0).ranks == [0, 2, 3]
+    assert group_of(rep, 0).frame.line == 61
+    # a py-spy dump whose name carries no rank gets it from the watchdog header with its pid
+    d = _barrier(tmp_path, [0, 2, 3])
+    shutil.copyfile(fx("gloo_divergent_barrier", "pyspy", "dump_native_rank1.txt"),
+                    os.path.join(d, "pyspy_pid7699.txt"))
+    shutil.copyfile(fx("gloo_divergent_barrier", "faulthandler", "rank_1.log"), os.path.join(d, "r1.log"))
+    rep = report_from_dir(d)
+    assert rep.suspect_ranks == [1] and rep.ranks[1]["pid"] == 7699
+    os.remove(os.path.join(d, "r1.log"))
+    rep = report_from_dir(d)  # no header with that pid: the dump cannot be placed, and says so
+    assert 1 not in rep.ranks and any("pyspy_pid7699.txt: no rank" in w for w in rep.warnings)
