@@ -34,7 +34,8 @@ def cli():
 @click.option("--json", "as_json", is_flag=True, help="Print the roll call as JSON (schema v1, docs/report-schema.md).")
 @click.option("--depth", type=click.IntRange(min=1), default=None, metavar="N",
               help="Group ranks by the innermost N frames of the call chain (default: the whole chain).")
-@click.option("--tree", is_flag=True, help="Also print the merged call-prefix tree with rank sets on each branch.")
+@click.option("--tree", is_flag=True, help="Also print the merged call-prefix tree with rank sets on each branch "
+              "(with --json: a \"tree\" key).")
 @click.option("--svg", "svg_path", type=click.Path(dir_okay=False), default=None, metavar="FILE",
               help="Write the call-prefix tree as an SVG picture to FILE.")
 @click.option("--samples", type=click.IntRange(min=1), default=None, metavar="K",
@@ -87,7 +88,7 @@ def report_cmd(path, as_json, depth, tree, svg_path, samples, world_size, summar
         with open(svg_path, "w") as fh:
             fh.write(render.render_svg(rep))
     if as_json:
-        click.echo(render.render_json(rep), nl=False)
+        click.echo(render.render_json(rep, tree=tree), nl=False)
     else:
         click.echo(render.render_text(rep), nl=False)
         if tree:

@@ -9,7 +9,7 @@ from typing import Dict, List, Optional, Tuple
 from hpc_hangkit.ranges import format_ranks
 from hpc_hangkit.rollcall import Report, short_where
 
-__all__ = ["render_text", "render_json", "render_tree", "render_svg", "build_tree"]
+__all__ = ["render_text", "render_json", "render_tree", "render_svg", "build_tree", "tree_dict"]
 
 _VIA = 3  # via lines shown per group in the text report
 _ROLE_WORD = {"waiting": "waiting at", "divergent": "stopped at", "exited": "exited at",
@@ -173,9 +173,25 @@ def _wrap(text: str, indent: str, width: int = 100) -> str:
     return "\n".join(lines)
 
 
-def render_json(report: Report) -> str:
-    """``report.to_dict()`` as indented JSON (schema v1, docs/report-schema.md)."""
-    return json.dumps(report.to_dict(), indent=2, sort_keys=False, default=str) + "\n"
+def render_json(report: Report, tree: bool = False) -> str:
+    """``report.to_dict()`` as indented JSON (schema v1, docs/report-schema.md); with
+    ``tree``, also ``"tree"``: the call-prefix tree (:func:`tree_dict`)."""
+    d = report.to_dict()
+    if tree:
+        d["tree"] = tree_dict(report)
+    return json.dumps(d, indent=2, sort_keys=False, default=str) + "\n"
+
+
+def tree_dict(report: Report) -> list:
+    """The call-prefix tree as JSON: a list of ``{"frame": {file, line, function},
+    "ranks": "0,2-3", "children": [...]}``, outermost frames at the top level."""
+    def node(n):
+        kids = sorted(n.children.values(), key=lambda c: (-len(c.ranks), c.ranks[0]))
+        return {"frame": {"file": n.frame.file, "line": n.frame.line, "function": n.frame.function},
+                "ranks": format_ranks(n.ranks), "children": [node(c) for c in kids]}
+
+    root = build_tree(report)
+    return [node(c) for c in sorted(root.children.values(), key=lambda c: (-len(c.ranks), c.ranks[0]))]
 
 
 # --- call-prefix tree (STAT-style) ------------------------------------------------

@@ -36,6 +36,11 @@ def test_json_report():
     assert d["schema_version"] == 1 and d["verdict"] == "SPLIT" and d["suspect_ranks"] == [1]
     assert [(g["ranks"], g["role"]) for g in d["groups"]] == [([0, 2, 3], "waiting"), ([1], "divergent")]
     assert d["groups"][0]["frame"]["line"] == 61
+    assert "tree" not in d
+    code, out = run(BARRIER, "--json", "--tree")
+    tree = json.loads(out)["tree"]
+    assert [t["ranks"] for t in tree] == ["0-3"] and tree[0]["frame"]["function"] == "<module>"
+    assert [c["ranks"] for c in tree[0]["children"]] == ["0,2-3", "1"]
 
 
 def test_depth_and_samples_options():
