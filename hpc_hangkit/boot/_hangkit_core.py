@@ -80,8 +80,11 @@ HB_STATIC = struct.Struct("<8sIIiiiIIiddd64s")  # 128 bytes at offset 0
 HB_SEQ_OFFSET = 128
 HB_SEQ = struct.Struct("<Q")  # odd while a writer is inside, even when done
 HB_DYN_OFFSET = 136
-#: per checkpoint: counter, wall_s, mono_s, label (utf-8, NUL padded)
-HB_DYN = struct.Struct("<Qdd%ds" % HB_LABEL_MAX)
+#: per checkpoint: counter, mono_s, label (utf-8, NUL padded).  No wall time
+#: here (one clock call less per checkpoint): readers derive it as
+#: armed_wall_s + (mono_s - armed_mono_s)
+HB_DYN = struct.Struct("<Qd%ds" % HB_LABEL_MAX)
+HB_SEQ_INDEX = HB_SEQ_OFFSET // 8  # index of seq in a memoryview cast to "Q"
 
 _CLOCK_MONOTONIC = 1
 _SIGEV_THREAD_ID = 4
@@ -97,14 +100,16 @@ _hooks_installed = False
 
 # checkpoint() state: module globals (fastest to reach from checkpoint)
 _counter = 0
-_last_mono = None
-_hb = None  # mmap of the heartbeat record, or None
+_last_mono = 0.0  # monotonic time of the last checkpoint (0.0: none yet)
+#: a checkpoint after a gap longer than this re-arms the timer itself (the
+#: deadline thread may be up to period/4 late, e.g. right after the rank
+#: resumes from a GIL-held stall); inf when not armed
+_resync_s = float("inf")
+_hb = None  # memoryview (format "Q") of the heartbeat mmap, or None
 _seq = 0
 _label_obj = ""
 _label_b = b""
 _monotonic = time.monotonic
-_wall = time.time
-_pack_seq = HB_SEQ.pack_into
 _pack_dyn = HB_DYN.pack_into
 
 _libc_cache = None
@@ -263,6 +268,8 @@ def checkpoint(label=""):
     global _counter, _last_mono, _seq, _label_obj, _label_b
     t = _monotonic()
     _counter += 1
+    if t - _last_mono > _resync_s:
+        _resync(t)
     _last_mono = t
     m = _hb
     if m is not None:
@@ -270,10 +277,23 @@ def checkpoint(label=""):
             _label_obj = label
             _label_b = _encode_label(label)
         s = _seq + 1
-        _pack_seq(m, HB_SEQ_OFFSET, s)
-        _pack_dyn(m, HB_DYN_OFFSET, _counter, _wall(), t, _label_b)
+        m[HB_SEQ_INDEX] = s  # odd: writing
+        _pack_dyn(m, HB_DYN_OFFSET, _counter, t, _label_b)
         _seq = s + 1
-        _pack_seq(m, HB_SEQ_OFFSET, _seq)
+        m[HB_SEQ_INDEX] = _seq  # even: done
+
+
+def _resync(t):
+    """Re-arm the kernel timer for t + period now (first checkpoint after a long gap)."""
+    st = _state
+    if st is None:
+        return
+    try:
+        with _timer_lock:
+            if st.get("_timer") is not None and _state is st:
+                _set_timer(st, t + st["period_s"], absolute=True)
+    except Exception:  # the deadline thread will still push it
+        pass
 
 
 def is_armed():
@@ -323,7 +343,7 @@ def _deadline_loop(gen, st):
             if _gen != gen:
                 break
             last = _last_mono
-            if last is None or last == armed_for:
+            if not last or last == armed_for:
                 continue
             with _timer_lock:
                 if _gen != gen:
@@ -413,7 +433,7 @@ def arm(dest=None, period_s=None, sig=None, rank=None, world=None, local_rank=No
     stay in memory).  Writes the header line if the log is empty.
     Raises OSError if the kernel timer cannot be created.
     """
-    global _state, _gen, _hb, _seq, _label_obj, _label_b
+    global _state, _gen, _hb, _seq, _label_obj, _label_b, _resync_s
     if dest is None:
         raise TypeError("watchdog destination is required (a path or a real file descriptor)")
     period_s = DEFAULT_PERIOD_S if period_s is None else period_s
@@ -466,11 +486,11 @@ def arm(dest=None, period_s=None, sig=None, rank=None, world=None, local_rank=No
                 # current counter/label; times = arming time until the first checkpoint
                 last = _last_mono
                 HB_SEQ.pack_into(m, HB_SEQ_OFFSET, 1)
-                HB_DYN.pack_into(m, HB_DYN_OFFSET, _counter, wall0 if last is None else wall0 - (mono0 - last),
-                                 mono0 if last is None else last, _label_b)
+                HB_DYN.pack_into(m, HB_DYN_OFFSET, _counter, last or mono0, _label_b)
                 _seq = 2
                 HB_SEQ.pack_into(m, HB_SEQ_OFFSET, 2)
-                st["_hb"] = m
+                st["_hbmap"] = m
+                st["_hb"] = memoryview(m).cast("Q")
             _, tc, _, _, _, ctypes, _, _, sigevent = _libc()
             # a late signal must never kill: if this signal's default action
             # terminates, make the disposition faulthandler saves (and
@@ -503,6 +523,7 @@ def arm(dest=None, period_s=None, sig=None, rank=None, world=None, local_rank=No
             _teardown(st, unregister=True)
             raise
         _state = st
+        _resync_s = period_s / 2.0
         if st.get("_hb") is not None:
             _hb = st["_hb"]
         _install_hooks()
@@ -539,11 +560,7 @@ def _teardown(st, unregister=True, close=True, wait=True):
         if _hb is st["_hb"]:
             _hb = None
         if close:
-            try:
-                st["_hb"].close()
-            except Exception:
-                pass
-        st["_hb"] = None
+            _close_heartbeat(st)
     if close and st.get("_owned_fd") is not None and not st.get("_registered"):
         try:
             os.close(st["_owned_fd"])
@@ -552,12 +569,24 @@ def _teardown(st, unregister=True, close=True, wait=True):
         st["_owned_fd"] = None
 
 
+def _close_heartbeat(st):
+    view, m = st.pop("_hb", None), st.pop("_hbmap", None)
+    try:
+        if view is not None:
+            view.release()
+        if m is not None:
+            m.close()
+    except Exception:
+        pass
+
+
 def _disarm_locked(unregister=True, close=True):
-    global _state
+    global _state, _resync_s
     st = _state
     if st is None:
         return False
     _state = None
+    _resync_s = float("inf")
     _teardown(st, unregister=unregister, close=close)
     return True
 
@@ -581,11 +610,12 @@ def _atexit():
 
 def _after_fork_child():
     """A fork child (e.g. a data-loader worker) is not the rank: drop everything."""
-    global _state, _lock, _timer_lock, _hb, _gen
+    global _state, _lock, _timer_lock, _hb, _gen, _resync_s
     _lock = _thread.allocate_lock()
     _timer_lock = _thread.allocate_lock()
     st = _state
     _state = None
+    _resync_s = float("inf")
     _hb = None  # never write into the parent's heartbeat record
     if st is None:
         return
@@ -599,11 +629,7 @@ def _after_fork_child():
             st["_registered"] = False
     except Exception:
         pass
-    try:
-        if st.get("_hb") is not None:
-            st["_hb"].close()
-    except Exception:
-        pass
+    _close_heartbeat(st)
     try:
         if st.get("_owned_fd") is not None:
             os.close(st["_owned_fd"])

@@ -33,7 +33,9 @@ class Heartbeat:
 
     rank/world/local_rank: -1 when unknown.  counter: number of checkpoint()
     calls (0 = none yet; then wall_s/mono_s are the arming time).  wall_s:
-    epoch seconds of the last checkpoint (comparable across nodes).  mono_s:
+    epoch seconds of the last checkpoint (comparable across nodes; derived
+    as armed_wall_s + (mono_s - armed_mono_s), so a clock step after
+    arming is not reflected).  mono_s:
     CLOCK_MONOTONIC seconds (comparable with ``time.monotonic()`` on the same
     node only).  signal: the watchdog signal name (``"SIGURG"``), for
     ``request_dump(pid, signal)``; signum its number.  period_s: watchdog
@@ -67,7 +69,8 @@ def _decode(buf: bytes, path: str) -> Heartbeat:
     (magic, version, size, rank, world, local_rank, pid, main_tid, signum, period_s,
      armed_wall_s, armed_mono_s, host) = _fmt.HB_STATIC.unpack_from(buf, 0)
     (seq,) = _fmt.HB_SEQ.unpack_from(buf, _fmt.HB_SEQ_OFFSET)
-    counter, wall_s, mono_s, label = _fmt.HB_DYN.unpack_from(buf, _fmt.HB_DYN_OFFSET)
+    counter, mono_s, label = _fmt.HB_DYN.unpack_from(buf, _fmt.HB_DYN_OFFSET)
+    wall_s = armed_wall_s + (mono_s - armed_mono_s)
     return Heartbeat(
         rank=rank, world=world, local_rank=local_rank, pid=pid, main_tid=main_tid,
         host=host.rstrip(b"\0").decode("utf-8", "replace"), counter=counter,
@@ -76,11 +79,12 @@ def _decode(buf: bytes, path: str) -> Heartbeat:
         signal=_fmt.signal_name(signum), signum=signum, seq=seq, path=path)
 
 
-def read_heartbeat(path: str, retries: int = 200) -> Optional[Heartbeat]:
+def read_heartbeat(path: str, timeout_s: float = 1.0) -> Optional[Heartbeat]:
     """Read one heartbeat file; None (and a HeartbeatWarning naming the file) if
     it is missing, a symlink, not a regular file, truncated, not a heartbeat
-    record (bad magic/version/size), or still torn after ``retries`` attempts
-    (each 50 us apart; a rank rewrites the record in well under a microsecond).
+    record (bad magic/version/size), or still torn after ``timeout_s`` seconds
+    of retries (a rank rewrites the record in under a microsecond, but the
+    scheduler can preempt it mid-write for a few milliseconds on a busy node).
     """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK)
@@ -93,7 +97,10 @@ def read_heartbeat(path: str, retries: int = 200) -> Optional[Heartbeat]:
             warnings.warn("heartbeat %s: not a regular file" % path, HeartbeatWarning, stacklevel=2)
             return None
         size = _fmt.HB_SIZE
-        for _ in range(max(1, retries)):
+        deadline = time.monotonic() + timeout_s
+        tries, pause = 0, 0.00005
+        while True:
+            tries += 1
             s1 = os.pread(fd, 8, _fmt.HB_SEQ_OFFSET)
             buf = os.pread(fd, size, 0)
             s2 = os.pread(fd, 8, _fmt.HB_SEQ_OFFSET)
@@ -115,9 +122,12 @@ def read_heartbeat(path: str, retries: int = 200) -> Optional[Heartbeat]:
             (qb,) = _fmt.HB_SEQ.unpack_from(buf, _fmt.HB_SEQ_OFFSET)
             if q1 == q2 == qb and q1 % 2 == 0:
                 return _decode(buf, path)
-            time.sleep(0.00005)
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(pause)
+            pause = min(pause * 2, 0.005)
         warnings.warn("heartbeat %s: record torn (sequence odd or changing at byte offset %d) after %d reads"
-                      % (path, _fmt.HB_SEQ_OFFSET, retries), HeartbeatWarning, stacklevel=2)
+                      % (path, _fmt.HB_SEQ_OFFSET, tries), HeartbeatWarning, stacklevel=2)
         return None
     finally:
         os.close(fd)
