@@ -208,9 +208,6 @@ static int _key_ok(const char *k, size_t n)
 	return 1;
 }
 
-/* One KEY=VALUE line. PYTHONPATH is prepended to the user's, HANGKIT_MODE
- * is the plugin's own, HANGKIT_SCRATCH_DIR always wins, anything else the
- * user set in the job environment wins over the site value. */
 static int strip_only = 0;      /* step with --hang-detect=off in an armed job */
 
 #define PP_MAX (128 * 1024)
@@ -236,6 +233,9 @@ static int _get_pythonpath(spank_t sp, char **out)
 	return -1;
 }
 
+/* One KEY=VALUE line. PYTHONPATH is prepended to the user's, HANGKIT_MODE
+ * is the plugin's own, HANGKIT_SCRATCH_DIR always wins, anything else the
+ * user set in the job environment wins over the site value. */
 static void _apply(spank_t sp, char *key, char *val)
 {
 	char *old = NULL;
@@ -294,9 +294,13 @@ static int _apply_env_file(spank_t sp)
 	/* never follow a symlink; read as the job's user (task_init) */
 	fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 	if (fd < 0) {
-		slurm_info("hpc-hangkit: no job environment at %s (%m): is "
-			   "the hpc-hangkit prolog configured? Ranks of this "
-			   "step are not armed", path);
+		int task = 0;
+		/* once per step and node, not once per task */
+		if (!strip_only && (spank_get_item(sp, S_TASK_ID, &task)
+				    != ESPANK_SUCCESS || task == 0))
+			slurm_info("hpc-hangkit: no job environment at %s (%m):"
+				   " is the hpc-hangkit prolog configured? "
+				   "Ranks of this step are not armed", path);
 		return -1;
 	}
 	if (fstat(fd, &st) || !S_ISREG(st.st_mode) || st.st_size > ENV_MAX) {
