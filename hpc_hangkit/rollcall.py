@@ -316,9 +316,7 @@ def rank_facts(samples: Sequence[Sample], k: int = 5, chains: Optional[dict] = N
         frames_t = t.frames
         cid = memo.get(frames_t)
         if cid is None:
-            cid = memo[frames_t] = "" if is_startup(frames_t) else _remember(chains, frames_t)
-        elif cid and cid not in chains:
-            _remember(chains, frames_t)
+            cid = memo[frames_t] = "" if is_startup(frames_t) else _cid(_key_of(frames_t))
         if not cid:
             startup += 1
             last_startup = frames_t
@@ -355,6 +353,13 @@ def rank_facts(samples: Sequence[Sample], k: int = 5, chains: Optional[dict] = N
     out["n"] = n
     out["mode"] = counts[mode]
     out["key"] = mode
+    # only the samples AT the rank's position shape the chains table (representative frames,
+    # collective, native frames): what a node summary keeps is then exactly what shaped it
+    def keep(cid):
+        for c, fr in last:
+            if c == cid:
+                _remember(chains, fr)
+
     loop = _loop_position(last) if n >= 3 and n - counts[mode] >= 2 else None
     if loop is not None:
         # the same function on the same call path in every sample, only the line moves (and
@@ -369,8 +374,10 @@ def rank_facts(samples: Sequence[Sample], k: int = 5, chains: Optional[dict] = N
     if n >= 3 and counts[mode] * 2 <= n:
         out["state"] = "progressing"
         out["key"] = last[-1][0]
+        keep(out["key"])
         out["detail"] = "%d different positions in its last %d samples: still moving" % (len(counts), n)
     else:
+        keep(mode)
         out["state"] = "stuck"
         if counts[mode] < n:
             out["detail"] = "%d of its last %d samples here (the others caught it mid-transition)" % (
@@ -398,20 +405,49 @@ def _loop_position(last: List[Tuple[str, tuple]]):
     return (frame(f0.file, 0, f0.function),) + first[1:], sorted(lines)
 
 
+_RECS: Dict[tuple, tuple] = {}
+
+
 def _remember(chains: dict, frames_t: Sequence[Frame]) -> str:
-    key = _key_of(frames_t)
-    cid = _cid(key)
-    fj = _frames_json(frames_t)
-    rec = chains.get(cid)
-    coll = collective_of(frames_t)
-    if rec is None:
-        chains[cid] = {"frames": fj, "collective": coll}
-    else:
-        if _chain_rank(fj) > _chain_rank(rec["frames"]):
-            rec["frames"] = fj
-        if coll is not None and (rec.get("collective") is None or coll < rec["collective"]):
-            rec["collective"] = coll
+    """Add one chain to the chains table (content-addressed by its grouping key); returns its id."""
+    hit = _RECS.get(frames_t)
+    if hit is None:
+        fj = _frames_json(frames_t)
+        nat = [f for f in fj if f[3]]
+        hit = (_cid(_key_of(frames_t)), {"frames": fj, "collective": collective_of(frames_t),
+                                         "native": nat or None})
+        if len(_RECS) > 100_000:
+            _RECS.clear()
+        _RECS[tuple(frames_t)] = hit
+    cid, rec = hit
+    old = chains.get(cid)
+    if old is None:
+        chains[cid] = rec  # shared, never mutated: _merge_chain copies before changing
+    elif old is not rec:
+        _merge_chain(chains, cid, rec)
     return cid
+
+
+def _merge_chain(chains: dict, cid: str, rec: dict) -> None:
+    """Merge one chain record into the table by fixed orders (so any merge order gives the
+    same table): representative frames by :func:`_chain_rank`, the smallest collective name,
+    the longest native frame list (``py-spy --native``)."""
+    old = chains.get(cid)
+    if old is None:
+        chains[cid] = {"frames": rec.get("frames") or [], "collective": rec.get("collective"),
+                       "native": rec.get("native") or None}
+        return
+    if old is rec:
+        return
+    old = chains[cid] = dict(old)  # records may be shared (memo): copy before changing
+    if _chain_rank(rec.get("frames") or []) > _chain_rank(old["frames"]):
+        old["frames"] = rec.get("frames") or []
+    c = rec.get("collective")
+    if c is not None and (old.get("collective") is None or c < old["collective"]):
+        old["collective"] = c
+    n = rec.get("native")
+    if n and (not old.get("native") or (len(n), json.dumps(n)) > (len(old["native"]), json.dumps(old["native"]))):
+        old["native"] = n
 
 
 # --- reading a directory ----------------------------------------------------------
@@ -630,6 +666,7 @@ def summarize_node(logs: Iterable[ParsedLog] = (), *, tracebacks: Optional[dict]
     chains: Dict[str, dict] = {}
     facts: Dict[int, dict] = {}
     memo: Dict[tuple, str] = {}
+    tmps: Dict[int, dict] = {}  # per rank: the chain records its own evidence produced
     for r, lgs in per_rank.items():
         # oldest process first (header t), watchdog dumps before py-spy dumps (taken at capture)
         lgs.sort(key=lambda g: (0 if g.kind == "faulthandler" else 1,
@@ -637,7 +674,8 @@ def summarize_node(logs: Iterable[ParsedLog] = (), *, tracebacks: Optional[dict]
         samples_all: List[Sample] = []
         for g in lgs:
             samples_all.extend(g.samples)
-        f = rank_facts(samples_all, samples, chains, memo)
+        tmp = tmps[r] = {}
+        f = rank_facts(samples_all, samples, tmp, memo)
         writes = [g.mtime for g in lgs if g.kind == "faulthandler" and g.mtime is not None and g.samples]
         if writes:
             f["last_write"] = round(max(writes), 3)
@@ -666,8 +704,17 @@ def summarize_node(logs: Iterable[ParsedLog] = (), *, tracebacks: Optional[dict]
         f["exit"] = tb.error or "exited with a Python traceback"
         f["traceback"] = list(tb.lines[-60:])
         if tb.frames:
-            f["key"] = _remember(chains, tb.frames)
+            f["key"] = _remember(tmps.setdefault(r, {}), tb.frames)
         f.pop("detail", None)
+    # only the record of each rank's FINAL position enters the table: a node summary keeps
+    # exactly the chains its ranks sit at, so merging summaries rebuilds the same table
+    seen: Dict[str, int] = {}
+    for r, tmp in tmps.items():
+        key = facts[r].get("key")
+        rec = tmp.get(key) if key else None
+        if rec is not None and seen.get(key) != id(rec):
+            _merge_chain(chains, key, rec)
+            seen[key] = id(rec)
     for hb in heartbeats or ():
         r = getattr(hb, "rank", None)
         if r is None or (isinstance(r, int) and r < 0):
@@ -702,7 +749,8 @@ def _pack(world, k, chains, facts, unwatched, warns, host=None) -> dict:
     positions = [{"chain": key, "state": state, "ranks": format_ranks(rs)}
                  for (key, state), rs in sorted(groups.items(), key=lambda kv: (min(kv[1]), str(kv[0])))]
     out = {"hangkit_summary": SUMMARY_VERSION, "k": k, "world": world,
-           "chains": {c: chains[c] for c in sorted(used) if c in chains},
+           "chains": {c: {kk: v for kk, v in chains[c].items() if v is not None or kk == "collective"}
+                      for c in sorted(used) if c in chains},
            "positions": positions, "facts": slim,
            "unwatched": {str(r): unwatched[r] for r in sorted(unwatched)},
            "warnings": sorted(warns)}
@@ -771,15 +819,7 @@ def merge(*summaries: dict) -> dict:
         if isinstance(s.get("k"), int):
             k = s["k"] if k is None else max(k, s["k"])
         for cid, rec in ch.items():
-            old = chains.get(cid)
-            if old is None:
-                chains[cid] = {"frames": rec.get("frames") or [], "collective": rec.get("collective")}
-                continue
-            if _chain_rank(rec.get("frames") or []) > _chain_rank(old["frames"]):
-                old["frames"] = rec.get("frames") or []
-            c = rec.get("collective")
-            if c is not None and (old["collective"] is None or c < old["collective"]):
-                old["collective"] = c
+            _merge_chain(chains, cid, rec)
         for r, f in fa.items():
             old = facts.get(r)
             if old is None or _fact_order(f) > _fact_order(old):
@@ -956,7 +996,7 @@ def build_report(summary: dict, *, depth: Optional[int] = None, world_size: Opti
             rec = chains.get(cid) or {}
             frames = _frames_from_json(rec.get("frames"))
             py = tuple(f for f in frames if not f.native)
-            nat = tuple(f for f in frames if f.native)
+            nat = _frames_from_json(rec.get("native")) or tuple(f for f in frames if f.native)
             gk = _key_of(py[:depth] if depth else py)
             c = cache[cid] = (py, nat, gk, rec.get("collective"))
         return c

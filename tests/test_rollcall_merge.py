@@ -96,7 +96,7 @@ def _all(per_node, k):
     return _summ(whole, k)
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(specs=st.lists(rank_spec, min_size=1, max_size=12), world=st.one_of(st.none(), st.integers(1, 14)),
        k=st.integers(1, 6), depth=st.one_of(st.none(), st.integers(1, 4)), seed=st.integers(0, 2 ** 16))
 def test_merge_of_node_summaries_equals_the_direct_report(specs, world, k, depth, seed):
