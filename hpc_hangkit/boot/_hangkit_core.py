@@ -85,6 +85,10 @@ HB_DYN_OFFSET = 136
 #: armed_wall_s + (mono_s - armed_mono_s)
 HB_DYN = struct.Struct("<Qd%ds" % HB_LABEL_MAX)
 HB_SEQ_INDEX = HB_SEQ_OFFSET // 8  # index of seq in a memoryview cast to "Q"
+HB_COUNTER_INDEX = HB_DYN_OFFSET // 8  # counter, in the "Q" view
+HB_MONO_INDEX = HB_DYN_OFFSET // 8 + 1  # mono_s, in a "d" view
+HB_LABEL_OFFSET = HB_DYN_OFFSET + 16
+HB_LABEL = struct.Struct("%ds" % HB_LABEL_MAX)
 
 _CLOCK_MONOTONIC = 1
 _SIGEV_THREAD_ID = 4
@@ -106,11 +110,12 @@ _last_mono = 0.0  # monotonic time of the last checkpoint (0.0: none yet)
 #: resumes from a GIL-held stall); inf when not armed
 _resync_s = float("inf")
 _hb = None  # memoryview (format "Q") of the heartbeat mmap, or None
+_hbd = None  # the same memory as doubles (format "d")
 _seq = 0
 _label_obj = ""
 _label_b = b""
 _monotonic = time.monotonic
-_pack_dyn = HB_DYN.pack_into
+_pack_label = HB_LABEL.pack_into
 
 _libc_cache = None
 
@@ -266,6 +271,7 @@ def checkpoint(label=""):
     str label.
     """
     global _counter, _last_mono, _seq, _label_obj, _label_b
+    # memoryview item stores (~30 ns each) instead of struct.pack_into (~150 ns)
     t = _monotonic()
     _counter += 1
     if t - _last_mono > _resync_s:
@@ -273,12 +279,14 @@ def checkpoint(label=""):
     _last_mono = t
     m = _hb
     if m is not None:
+        s = _seq + 1
+        m[HB_SEQ_INDEX] = s  # odd: writing
+        m[HB_COUNTER_INDEX] = _counter
+        _hbd[HB_MONO_INDEX] = t
         if label is not _label_obj:
             _label_obj = label
             _label_b = _encode_label(label)
-        s = _seq + 1
-        m[HB_SEQ_INDEX] = s  # odd: writing
-        _pack_dyn(m, HB_DYN_OFFSET, _counter, t, _label_b)
+            _pack_label(m, HB_LABEL_OFFSET, _label_b)
         _seq = s + 1
         m[HB_SEQ_INDEX] = _seq  # even: done
 
@@ -433,7 +441,7 @@ def arm(dest=None, period_s=None, sig=None, rank=None, world=None, local_rank=No
     stay in memory).  Writes the header line if the log is empty.
     Raises OSError if the kernel timer cannot be created.
     """
-    global _state, _gen, _hb, _seq, _label_obj, _label_b, _resync_s
+    global _state, _gen, _hb, _hbd, _seq, _label_obj, _label_b, _resync_s
     if dest is None:
         raise TypeError("watchdog destination is required (a path or a real file descriptor)")
     period_s = DEFAULT_PERIOD_S if period_s is None else period_s
@@ -491,6 +499,7 @@ def arm(dest=None, period_s=None, sig=None, rank=None, world=None, local_rank=No
                 HB_SEQ.pack_into(m, HB_SEQ_OFFSET, 2)
                 st["_hbmap"] = m
                 st["_hb"] = memoryview(m).cast("Q")
+                st["_hbd"] = memoryview(m).cast("d")
             _, tc, _, _, _, ctypes, _, _, sigevent = _libc()
             # a late signal must never kill: if this signal's default action
             # terminates, make the disposition faulthandler saves (and
@@ -525,6 +534,7 @@ def arm(dest=None, period_s=None, sig=None, rank=None, world=None, local_rank=No
         _state = st
         _resync_s = period_s / 2.0
         if st.get("_hb") is not None:
+            _hbd = st["_hbd"]
             _hb = st["_hb"]
         _install_hooks()
     return status()
@@ -570,10 +580,11 @@ def _teardown(st, unregister=True, close=True, wait=True):
 
 
 def _close_heartbeat(st):
-    view, m = st.pop("_hb", None), st.pop("_hbmap", None)
+    views, m = (st.pop("_hb", None), st.pop("_hbd", None)), st.pop("_hbmap", None)
     try:
-        if view is not None:
-            view.release()
+        for view in views:
+            if view is not None:
+                view.release()
         if m is not None:
             m.close()
     except Exception:
