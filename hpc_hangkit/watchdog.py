@@ -63,7 +63,10 @@ def watch(path_or_fd=None, period_s=None, signum=None):
     env = os.environ
     if period_s is None:
         raw = env.get(_core.ENV_WATCHDOG_PERIOD_S, "").strip()
-        period_s = float(raw) if raw else _core.DEFAULT_PERIOD_S
+        try:
+            period_s = float(raw) if raw else _core.DEFAULT_PERIOD_S
+        except ValueError:
+            raise ValueError("%s=%r is not a number of seconds" % (_core.ENV_WATCHDOG_PERIOD_S, raw))
     if signum is None:
         signum = env.get(_core.ENV_WATCHDOG_SIGNAL, "").strip() or _core.DEFAULT_SIGNAL
     rank, world, local = _rank_from_env()
