@@ -217,9 +217,15 @@ _BY_TABLE = {s.toml: s for s in SETTINGS if s.toml}
 _TABLES = sorted({s.toml[0] for s in SETTINGS if s.toml})
 
 
+#: settings whose variable is not HANGKIT_<NAME>: HANGKIT_SCRATCH_DIR is the job
+#: attempt's own directory (docs/internals.md), not the node-wide root
+_ENV_NAMES = {"scratch_dir": layout.ENV_SCRATCH_ROOT}
+_ENV_TO_SETTING = {v: k for k, v in _ENV_NAMES.items()}
+
+
 def env_name(setting):
-    """``HANGKIT_<SETTING>`` for a setting name."""
-    return layout.ENV_PREFIX + setting.upper()
+    """``HANGKIT_<SETTING>`` for a setting name (``scratch_dir``: HANGKIT_SCRATCH_ROOT)."""
+    return _ENV_NAMES.get(setting) or layout.ENV_PREFIX + setting.upper()
 
 
 def boot_dir():
@@ -433,11 +439,13 @@ def load_settings(env: Optional[Mapping[str, str]] = None, path: Optional[str] =
     for key in sorted(env):
         if not key.startswith(layout.ENV_PREFIX) or key in layout.INTERNAL_ENV:
             continue
-        if key == layout.ENV_SCRATCH_DIR:  # the job's own scratch (set by to_env)
-            layers.append(("scratch_dir", env[key], "env " + key, True))
+        if key == layout.ENV_SCRATCH_DIR:  # the job attempt's own directory, not a setting
+            continue
+        if key in _ENV_TO_SETTING:
+            layers.append((_ENV_TO_SETTING[key], env[key], "env " + key, True))
             continue
         name = key[len(layout.ENV_PREFIX):].lower()
-        if name in _BY_NAME:
+        if name in _BY_NAME and name not in _ENV_NAMES:
             layers.append((name, env[key], "env " + key, True))
             continue
         close = difflib.get_close_matches(name, names, 1, 0.75)

@@ -30,7 +30,10 @@ CONFIG_PATH_ENV = "HPC_HANGKIT_CONFIG"
 # --- job environment ---------------------------------------------------------
 ENV_PREFIX = "HANGKIT_"
 ENV_MODE = "HANGKIT_MODE"
+#: the job attempt's own node-scratch directory (where ranks write)
 ENV_SCRATCH_DIR = "HANGKIT_SCRATCH_DIR"
+#: the node-wide scratch root (setting scratch_dir); the job's directory is below it
+ENV_SCRATCH_ROOT = "HANGKIT_SCRATCH_ROOT"
 ENV_WATCHDOG_PERIOD_S = "HANGKIT_WATCHDOG_PERIOD_S"
 ENV_WATCHDOG_SIGNAL = "HANGKIT_WATCHDOG_SIGNAL"
 ENV_AUTO_CHECKIN = "HANGKIT_AUTO_CHECKIN"

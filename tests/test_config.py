@@ -57,7 +57,8 @@ def test_default_file_env_and_error(tmp_path, case):
     assert getattr(s, name) == from_toml
     assert s.sources[name] == "%s line %d" % (path, toml_line.count("\n") + 3)
 
-    var = "HANGKIT_" + name.upper()
+    var = config.env_name(name)
+    assert var == ("HANGKIT_SCRATCH_ROOT" if name == "scratch_dir" else "HANGKIT_" + name.upper())
     s = load_settings(env={var: env_val}, path=path)  # env beats the file
     assert getattr(s, name) == from_env and s.sources[name] == "env " + var
 
@@ -152,9 +153,13 @@ def test_to_env_is_the_job_environment():
     assert env["HANGKIT_MODE"] == "observe" and env["HANGKIT_SCRATCH_DIR"] == "/tmp/hk/job_5/attempt_1"
     assert env["HANGKIT_STORAGE_URL"] == "s3://b/p" and "HANGKIT_NCCLRAS_ADDRESS" not in env
     assert env["TORCH_FR_BUFFER_SIZE"] == "0" and env["HANGKIT_AUTO_CHECKIN"] == "0"
-    # the job environment reads back to the same settings (scratch = the job's own)
+    # the job environment reads back to the same settings; HANGKIT_SCRATCH_DIR (the
+    # job's own directory) is not the scratch_dir setting (the node root)
+    assert env["HANGKIT_SCRATCH_ROOT"] == "/tmp/hpc-hangkit"
     back = load_settings(env=env, path=os.devnull)
-    assert back.as_dict() == dict(s.as_dict(), scratch_dir="/tmp/hk/job_5/attempt_1")
+    assert back.as_dict() == s.as_dict() and back.scratch_dir == "/tmp/hpc-hangkit"
+    assert load_settings(env={"HANGKIT_SCRATCH_DIR": "/j/job_1/attempt_0"}, path=os.devnull).scratch_dir == \
+        "/tmp/hpc-hangkit"
     assert os.path.isfile(os.path.join(env["PYTHONPATH"].split(os.pathsep)[0], "sitecustomize.py"))
 
     off = load_settings(env={"HANGKIT_MODE": "off"}, path=os.devnull).to_env("/tmp/x", base_env=dict(env))
