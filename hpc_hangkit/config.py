@@ -60,7 +60,7 @@ def _number(raw, text, integer=False):
     else:
         if not isinstance(raw, (int, float)):
             raise ValueError("expected a number")
-        v = float(raw)
+        v = float(raw) if abs(raw) < 1e308 else float("inf")  # huge TOML ints: "finite" check below
     if not integer and not math.isfinite(v):
         raise ValueError("expected a finite number")
     return v

@@ -128,7 +128,7 @@ def parse_flightrec(data: bytes, name: str, rank: Optional[int] = None) -> FRDum
     else:
         try:
             doc = json.loads(data.decode("utf-8", "replace"))
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:
             raise FRParseError("%s: not JSON or pickle (%s at byte %s)" % (name, getattr(e, "msg", e),
                                                                          getattr(e, "pos", "?"))) from None
     if not isinstance(doc, dict):

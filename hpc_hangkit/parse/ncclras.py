@@ -148,7 +148,7 @@ def comm_key(hash_: str, secondary: str = "") -> str:
 def _int(v, default=-1):
     try:
         return int(v)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return default
 
 
@@ -169,11 +169,11 @@ def parse_ncclras_json(data, name: str = "<ncclras>") -> RasPoll:
     repaired = False
     try:
         doc = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         fixed, repaired = repair_json(text)
         try:
             doc = json.loads(fixed)
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:
             raise RasParseError("%s: not valid ncclras JSON (line %s col %s: %s)"
                                 % (name, getattr(e, "lineno", "?"), getattr(e, "colno", "?"),
                                    getattr(e, "msg", e))) from None

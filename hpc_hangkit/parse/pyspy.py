@@ -86,7 +86,7 @@ def _parse_json(data: bytes, name: str) -> ParsedLog:
     log = ParsedLog(name, kind="pyspy")
     try:
         doc = json.loads(data.decode("utf-8", "replace"))
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:
         pos = getattr(e, "pos", 0) or 0
         _warn(log, pos, "py-spy JSON does not parse (%s); file skipped" % (e.__class__.__name__,))
         return log
