@@ -67,7 +67,7 @@ def test_truncated(targets, name, i, cut):
     _call(targets, name, s[:int(len(s) * cut)])
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(180)  # once exceeded 60 s on flightrec under load 7+ (slow spliced pickle? see H7 report)
 @pytest.mark.parametrize("name", NAMES)
 @FAST
 @given(i=st.integers(min_value=0), j=st.integers(min_value=0), a=st.floats(min_value=0, max_value=1),
