@@ -10,7 +10,7 @@ BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("script", ["bench_rollcall.py", "fuzz.py"])
+@pytest.mark.parametrize("script", ["bench_rollcall.py", "fuzz.py", "bench_watchdog_robustness.py"])
 def test_bench_quick(script):
     p = subprocess.run([sys.executable, os.path.join(BENCH, script), "--quick"], stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, timeout=110)
