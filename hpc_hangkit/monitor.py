@@ -100,7 +100,7 @@ def proc_io_bytes(pid: int) -> Optional[int]:
 class _ProcState:
     """What :class:`StackSource` remembers about one rank process (one watchdog log)."""
 
-    __slots__ = ("size", "last_off", "stack", "pid", "local", "io")
+    __slots__ = ("size", "last_off", "stack", "pid", "local", "io", "gone")
 
     def __init__(self, pid: int, local: bool):
         self.size = -1
@@ -109,6 +109,7 @@ class _ProcState:
         self.pid = pid
         self.local = local
         self.io: Optional[int] = None
+        self.gone = False
 
 
 class StackSource:
@@ -128,21 +129,28 @@ class StackSource:
       for seconds but is moving (a rank blocked in a collective does no I/O);
     - a new rank process appeared.
 
+    So that every poll has a fresh sample whatever the watchdog period, each
+    poll ends by asking every live local rank whose heartbeat did not move for
+    an on-demand watchdog dump (``sample_signal``; None disables it): the
+    next poll compares it with the previous one.
+
     Any progress: ``stalled=False``. Otherwise the roll call over the
     scratch decides: ranks disagree (verdict in :data:`DISAGREE_VERDICTS`) ->
     ``stalled=True``; TOGETHER, SLOW, NO_HANG, INCONCLUSIVE -> ``stalled=False``
     (a SLOW rank is never confirmed). No dumps yet -> ``{}`` (no answer).
 
     ``samples``: K for the roll call's modal position (settings.stack_samples);
-    ``io_bytes``: I/O threshold per poll (bytes; 0 disables the I/O signal).
+    ``io_bytes``: I/O threshold per poll (bytes; 0 disables the I/O signal);
+    ``sample_signal``: the ranks' watchdog signal name (settings.watchdog_signal).
     """
 
     name = "stacks"
     key = "stacks"
 
     def __init__(self, scratch: str, samples: int = 5, world_size: Optional[int] = None,
-                 io_bytes: int = IO_PROGRESS_BYTES):
+                 io_bytes: int = IO_PROGRESS_BYTES, sample_signal: Optional[str] = "SIGURG"):
         self.scratch = scratch
+        self.sample_signal = sample_signal
         self.samples = samples
         self.world_size = world_size
         self.io_bytes = io_bytes
@@ -222,6 +230,26 @@ class StackSource:
                 progressed[rank] = "stack moved (now at %s:%d)" % (os.path.basename(moved[0][0]), moved[0][1])
         return sorted(set(ranks))
 
+    def _request_samples(self, skip_ranks) -> None:
+        """On-demand dump of every live local rank process not in ``skip_ranks`` (for the next poll)."""
+        if not self.sample_signal:
+            return
+        from hpc_hangkit.watchdog import request_dump
+        for path, st in self._procs.items():
+            if not st.local or st.gone:
+                continue
+            parsed = layout.parse_rank_file_name(os.path.basename(path))
+            if parsed and parsed[0] in skip_ranks:
+                continue
+            try:
+                request_dump(st.pid, self.sample_signal)
+            except ProcessLookupError:
+                st.gone = True
+            except (PermissionError, ValueError, OSError) as e:
+                log.warning("cannot sample pid %d (%s): stack progress relies on the watchdog period", st.pid, e)
+                self.sample_signal = None
+                return
+
     def _scan_heartbeats(self, progressed: Dict[int, str]) -> None:
         d = os.path.join(self.scratch, layout.HEARTBEAT_DIR)
         if not os.path.isdir(d):
@@ -239,7 +267,9 @@ class StackSource:
         """One look at the scratch; ``{"stacks": (stalled, StackDetail)}`` or ``{}`` before any dump."""
         progressed: Dict[int, str] = {}
         self._scan_heartbeats(progressed)
+        by_heartbeat = set(progressed)
         ranks = self._scan_logs(progressed)
+        self._request_samples(by_heartbeat)
         first, self._first = self._first, False
         if not self._procs:
             return {}
