@@ -29,7 +29,7 @@ step "pip packages"
 if [ -x slurm/testbed/up.sh ] || [ -f slurm/testbed/up.sh ]; then
   step "2-node Slurm test cluster"
   trap 'bash slurm/testbed/down.sh >/dev/null 2>&1 || true' EXIT
-  bash slurm/testbed/up.sh
+  HK_PYTHON="$PY" bash slurm/testbed/up.sh
 fi
 
 step "pytest"
