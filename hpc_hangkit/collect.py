@@ -80,8 +80,8 @@ _MANIFEST_EVERY_S = 1.0
 #: skipped entries removed from scratch after a complete copy (recorded in the manifest)
 _JUNK = ("symlink", "not a regular file (fifo)", "not a regular file (socket)")     # progress writes of the local manifest, at most this often
 
-_ATTEMPT_RE = re.compile(r"^attempt_([0-9]{1,6})$")
-_NUMERIC_ID_RE = re.compile(r"^[0-9]{1,12}$")
+_ATTEMPT_RE = re.compile(r"^attempt_([0-9]{1,6})\Z")
+_NUMERIC_ID_RE = re.compile(r"^[0-9]{1,12}\Z")
 
 
 # --------------------------------------------------------------------------
@@ -147,7 +147,7 @@ def expand_storage_url(storage_url, user=None):
     """
     if "{user}" not in storage_url:
         return storage_url.rstrip("/")
-    if not user or not re.match(r"^[A-Za-z0-9_.][A-Za-z0-9_.@-]*$", user) or user in (".", ".."):
+    if not user or not re.match(r"^[A-Za-z0-9_.][A-Za-z0-9_.@-]*\Z", user) or user in (".", ".."):
         raise ValueError("storage_url %r needs {user}, but the user name %r is unusable"
                          % (storage_url, user))
     return storage_url.replace("{user}", user).rstrip("/")
@@ -1029,7 +1029,7 @@ def epilog(env=None, *, budget_s=None, hard_timeout_s=None, log=None):
         attempt = attempt_from_env(env)
         uid, gid = int(env["SLURM_JOB_UID"]), int(env["SLURM_JOB_GID"])
         user = env.get("SLURM_JOB_USER") or None
-        if user is not None and not re.match(r"^[A-Za-z0-9_.][A-Za-z0-9_.@$-]*$", user):
+        if user is not None and not re.match(r"^[A-Za-z0-9_.][A-Za-z0-9_.@$-]*\Z", user):
             user = None
         try:
             settings = load_site_settings(env=env)

@@ -439,7 +439,11 @@ def load_settings(env: Optional[Mapping[str, str]] = None, path: Optional[str] =
     for key in sorted(env):
         if not key.startswith(layout.ENV_PREFIX) or key in layout.INTERNAL_ENV:
             continue
-        if key == layout.ENV_SCRATCH_DIR:  # the job attempt's own directory, not a setting
+        if key == layout.ENV_SCRATCH_DIR:  # the job attempt's own directory, not a setting,
+            try:                           # but still never a relative or NUL/newline path
+                _abs_path(env[key], env[key])
+            except ValueError as e:
+                raise ConfigError("env %s: %r %s" % (key, env[key], e), key, env[key], "env " + key)
             continue
         if key in _ENV_TO_SETTING:
             layers.append((_ENV_TO_SETTING[key], env[key], "env " + key, True))

@@ -62,7 +62,7 @@ UNWATCHED_SUFFIX = ".txt"
 HEADER_PREFIX = "# hpc-hangkit "
 
 #: rank-side file names: rank_<r>.pid<pid>.<ext>; <r> is "x" when unknown
-RANK_FILE_RE = re.compile(r"^rank_(?P<rank>\d+|x)\.pid(?P<pid>\d+)\.(?P<ext>log|hb|txt)$")
+RANK_FILE_RE = re.compile(r"^rank_(?P<rank>\d+|x)\.pid(?P<pid>\d+)\.(?P<ext>log|hb|txt)\Z")
 
 
 def job_scratch_dir(scratch_dir, job_id, attempt):

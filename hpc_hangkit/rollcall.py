@@ -559,7 +559,7 @@ def read_dir(path: str) -> DirContents:
                 if not isinstance(doc, dict) or doc.get("hangkit_summary") != SUMMARY_VERSION:
                     raise ValueError("not a version-%d node summary" % SUMMARY_VERSION)
                 out.summaries.append(doc)
-            except (ValueError, UnicodeDecodeError) as e:
+            except (ValueError, UnicodeDecodeError, RecursionError) as e:
                 out.warnings.append("%s: node summary unreadable (%s); skipped" % (name, e))
             continue
         if parent == "unwatched" and base.endswith(".txt"):

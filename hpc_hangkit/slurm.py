@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence
 
 #: ``123`` or an array task ``123_4``
-JOB_ID_RE = re.compile(r"^[0-9]{1,10}(_[0-9]{1,10})?$")
+JOB_ID_RE = re.compile(r"^[0-9]{1,10}(_[0-9]{1,10})?\Z")
 #: a node name as Slurm prints it (no list syntax)
-NODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+NODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 DEFAULT_TIMEOUT_S = 30.0
 
 

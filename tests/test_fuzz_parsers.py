@@ -122,16 +122,12 @@ def test_sstat_huge_ntasks_and_days(targets):
     _call(targets, "sstat", b"4242.0|1|" + b"9" * 300 + b"-00:01:02|1K|1K\n")
 
 
-@pytest.mark.xfail(strict=True, reason="bug (owner H2, hpc_hangkit/parse/faulthandler.py parse_header): "
-                   "json.loads(argv) raises RecursionError on a header with a deeply nested argv")
 def test_faulthandler_header_deeply_nested_argv(targets):
     hdr = (b"# hpc-hangkit rank=1 world=2 local_rank=- pid=3 host=h t=1 signal=SIGURG period_s=1 argv="
            + b"[" * 100000 + b"\nStack (most recent call first):\n  File \"a.py\", line 1 in <module>\n")
     _call(targets, "faulthandler", hdr)
 
 
-@pytest.mark.xfail(strict=True, reason="bug (owner H2, hpc_hangkit/rollcall.py read_dir): json.loads of a "
-                   "*.summary.json catches ValueError only; RecursionError loses the whole roll call")
 def test_rollcall_deeply_nested_node_summary(tmp_path):
     from hpc_hangkit.rollcall import report_from_dir
 

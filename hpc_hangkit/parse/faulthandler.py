@@ -119,7 +119,7 @@ def parse_header(text: str) -> Optional[Dict]:
             val = argv
             try:
                 val = json.loads(argv)
-            except ValueError:
+            except (ValueError, RecursionError):
                 try:
                     val = ast.literal_eval(argv)
                 except (ValueError, SyntaxError, MemoryError, RecursionError):
