@@ -296,11 +296,14 @@ if ! alive "$HK_ROOT/run/slurmctld.pid" slurmctld; then
 		die "slurmctld failed; see $HK_ROOT/log/slurmctld.log"
 fi
 start_slurmd() { # node
-	local n=$1 d=$HK_ROOT/nodes/$1/tmp
+	local n=$1 d=$HK_ROOT/nodes/$1/tmp rel=""
+	# a checkout under /tmp (CI clones there) must stay visible on the nodes,
+	# whose /tmp is private: bind it into the node's /tmp at the same path
+	case "$REPO" in /tmp/?*) rel=${REPO#/tmp/}; mkdir -p "$d/$rel" ;; esac
 	if env -i PATH="$CLEAN_PATH" LANG=C.UTF-8 \
 	   unshare --uts --mount --propagation private /bin/sh -c \
-	     'hostname "$1" && mount --bind "$2" /tmp && exec slurmd -N "$1"' \
-	     sh "$n" "$d" 2>>"$HK_ROOT/log/unshare.log"; then
+	     'hostname "$1" && { [ -z "$3" ] || mount --bind "/tmp/$3" "$2/$3"; } && mount --rbind "$2" /tmp && exec slurmd -N "$1"' \
+	     sh "$n" "$d" "$rel" 2>>"$HK_ROOT/log/unshare.log"; then
 		log "started slurmd $n (hostname $n, /tmp = $d)"
 	else
 		die "could not start slurmd $n in its own namespace (see $HK_ROOT/log/unshare.log)"
