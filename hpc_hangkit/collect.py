@@ -1039,10 +1039,14 @@ def epilog(env=None, *, budget_s=None, hard_timeout_s=None, log=None):
             settings, cfg_err = None, "%s: %s" % (type(e).__name__, e)
             scratch_dir, storage_url = layout.DEFAULT_SCRATCH_DIR, None
         deadline = t0 + _budget(settings, env, budget_s, hard_timeout_s)
-        path = job_scratch(scratch_dir, key, attempt)
-        if not os.path.isdir(path):
+        # The epilog that runs at a requeue already sees the NEXT restart count,
+        # so the attempt that just ended cannot be told from the environment:
+        # collect every attempt directory up to this count, oldest first.
+        attempts = [a for a in _local_attempts(scratch_dir, key) if a <= attempt]
+        if not attempts:
             log("job %s attempt %d: no scratch at %s; nothing to collect%s" % (
-                key, attempt, path, (" (site config error: %s)" % cfg_err) if cfg_err else ""))
+                key, attempt, job_scratch(scratch_dir, key, attempt),
+                (" (site config error: %s)" % cfg_err) if cfg_err else ""))
             return 0
         home = None
         try:
@@ -1055,16 +1059,17 @@ def epilog(env=None, *, budget_s=None, hard_timeout_s=None, log=None):
         arr, task = env.get("SLURM_ARRAY_JOB_ID"), env.get("SLURM_ARRAY_TASK_ID")
         if arr and task and arr.isdigit() and task.isdigit():
             alias = "%s_%s" % (arr, task)
-        res = _collect_one(scratch_dir, key, attempt, storage_url, uid=uid, gid=gid, user=user,
-                           deadline=deadline, host=_host(env), home=home, alias=alias)
-        if cfg_err and res.get("status") not in ("complete", "no_files"):
-            res["reason"] = "config error (%s); %s" % (cfg_err, res.get("reason"))
-        log("job %s attempt %d: %s in %.1f s (%s)" % (
-            key, attempt, res.get("status"), time.monotonic() - t0,
-            ", ".join("%s=%s" % (k, res[k]) for k in ("copied", "failed", "pending", "skipped",
-                                                       "reason") if res.get(k))))
-        if res.get("status") == "complete":
-            _rmdir_empty_attempt(scratch_dir, key, attempt)
+        for attempt in attempts:
+            res = _collect_one(scratch_dir, key, attempt, storage_url, uid=uid, gid=gid, user=user,
+                               deadline=deadline, host=_host(env), home=home, alias=alias)
+            if cfg_err and res.get("status") not in ("complete", "no_files"):
+                res["reason"] = "config error (%s); %s" % (cfg_err, res.get("reason"))
+            log("job %s attempt %d: %s in %.1f s (%s)" % (
+                key, attempt, res.get("status"), time.monotonic() - t0,
+                ", ".join("%s=%s" % (k, res[k]) for k in ("copied", "failed", "pending", "skipped",
+                                                           "reason") if res.get(k))))
+            if res.get("status") == "complete":
+                _rmdir_empty_attempt(scratch_dir, key, attempt)
     except BaseException as e:  # noqa: BLE001 -- the epilog must always exit 0
         try:
             log("error (ignored, node stays up): %s: %s" % (type(e).__name__, e))

@@ -201,3 +201,21 @@ def test_user_finishes_own_partial_copy_but_not_anothers(area):
     assert open(stored["hang_detector/watchdog/rank_0.pid9.log"], "rb").read() == b"mine\n"
     assert local_files(d) == {}    # the empty dir stays: its parent job_<id>/ is root's
     assert os.path.exists(os.path.join(other, "watchdog/rank_0.pid9.log"))
+
+
+def test_epilog_at_requeue_collects_the_attempt_that_just_ended(area):
+    """At a requeue slurmd's epilog already sees the next restart count (measured on
+    22.05): with SLURM_JOB_RESTART_COUNT=1 and only attempt_0 on the node, attempt_0
+    must still reach storage; a later attempt directory is never touched."""
+    uid, gid, user = job_user()
+    d0 = area.make_attempt("310", 0, uid, gid, {"watchdog/rank_1.pid7.log": b"attempt zero\n"})
+    d5 = area.make_attempt("310", 5, uid, gid, {"watchdog/rank_1.pid8.log": b"future\n"})
+    cfg = write_site_toml(area, "file://" + area.storage)
+    p, _ = run_epilog(epilog_env(310, uid, gid, user, attempt=1, extra={"HPC_HANGKIT_CONFIG": cfg}))
+    assert p.returncode == 0, p.stderr
+    assert b"attempt 0: complete" in p.stderr, p.stderr
+    stored = local_files(os.path.join(area.storage, "310", "attempt_0"))
+    assert any(open(f, "rb").read() == b"attempt zero\n" for f in stored.values()), sorted(stored)
+    assert not os.path.exists(d0)
+    assert os.path.exists(os.path.join(d5, "watchdog", "rank_1.pid8.log"))
+    assert not os.path.exists(os.path.join(area.storage, "310", "attempt_5"))
