@@ -62,10 +62,11 @@ def results_of(procs, timeout=150):
     for p in procs:
         out, err = p.communicate(timeout=timeout)
         assert p.returncode == 0, err.decode()[-3000:]
-        for line in out.decode().splitlines():
-            if line.startswith("RESULT "):
-                r = json.loads(line[len("RESULT "):])
-                results[r["rank"]] = r
+        # mpiexec merges the ranks' stdout and two lines can land on one line:
+        # decode each RESULT object where it starts, whatever precedes or follows it
+        for chunk in out.decode().split("RESULT ")[1:]:
+            r, _ = json.JSONDecoder().raw_decode(chunk)
+            results[r["rank"]] = r
     return results
 
 

@@ -102,7 +102,9 @@ def test_stalled_rank_dumped_at_the_right_line_healthy_phase_never(spawn, tmp_pa
     stall = [d for d in ds if d[0][2] == "stalled_here"]
     assert len(stall) >= 3, text  # 1.5 s stalled at a 0.3 s period: dumped repeatedly
     assert all(d[0] == (script, line_of(script, "MARK-stall"), "stalled_here") for d in stall)
-    assert all(d[-1][2] == "<module>" for d in ds)
+    # every stall dump is the main thread (outermost <module>); a dump can also land
+    # in interpreter shutdown (threading._shutdown, no <module>), which is fine
+    assert all(d[-1][2] == "<module>" for d in stall)
     gil = [d for d in ds if d[0][2] == "held_gil"]
     assert gil, "no dump while blocked in C holding the GIL:\n" + text
     assert gil[0][0] == (script, line_of(script, "MARK-gil"), "held_gil")
