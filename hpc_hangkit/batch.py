@@ -66,6 +66,9 @@ from hpc_hangkit import slurm
 
 log = logging.getLogger("hpc_hangkit.batch")
 
+#: name prefix of the monitor's private view directory in the job scratch (the
+#: epilog skips it: it only holds copies of other nodes' rank files)
+MONITOR_VIEW_PREFIX = ".monitor_view."
 #: bytes of each watchdog log a probe returns (the newest dumps)
 PROBE_TAIL_BYTES = 64 * 1024
 #: bytes of each captured file a remote capture returns
@@ -135,12 +138,17 @@ def rank_files(scratch: str, since: Optional[Mapping[str, int]] = None,
     return out
 
 
-def _encode(files: Dict[str, dict]) -> dict:
+def encode_files(files: Dict[str, dict]) -> dict:
+    """``{rel: {"size", "offset", "data" (bytes)}}`` (from :func:`rank_files`) as JSON-able
+    ``{rel: {"size", "offset", "b64"}}`` (data base64-encoded), for :func:`emit_doc`."""
     return {rel: {"size": f["size"], "offset": f["offset"],
                   "b64": base64.b64encode(f["data"]).decode("ascii")} for rel, f in files.items()}
 
 
-def _decode(files: Mapping[str, dict]) -> Dict[str, dict]:
+def decode_files(files: Mapping[str, dict]) -> Dict[str, dict]:
+    """The inverse of :func:`encode_files`: ``{rel: {"size", "offset", "data" (bytes)}}``.
+    Entries with a missing or malformed field (a node's answer is untrusted) are
+    skipped; never raises for bad entries."""
     out = {}
     for rel, f in files.items():
         try:
@@ -155,7 +163,7 @@ def probe_main(scratch: str, out=None) -> int:
     """``hpc-hangkit slurm-probe``: print (framed, :func:`emit_doc`) this node's rank files
     (tails), for the batch-step monitor. Runs inside the job as its user."""
     out = out or sys.stdout
-    emit_doc({"host": socket.gethostname(), "files": _encode(rank_files(scratch))}, out)
+    emit_doc({"host": socket.gethostname(), "files": encode_files(rank_files(scratch))}, out)
     return 0
 
 
@@ -182,6 +190,68 @@ def _captured_files(hd_dir: str) -> Dict[str, dict]:
     return out
 
 
+#: how every why-file starts (``capture.unavailable_line``: ``hpc-hangkit: <tool> unavailable: <why>``)
+WHY_PREFIX = b"hpc-hangkit: "
+
+
+def is_why_data(data: bytes) -> bool:
+    """True if ``data`` is a one-line why-file (a tool could not produce its output),
+    not real captured output."""
+    return data.startswith(WHY_PREFIX) and b" unavailable: " in data[:200] \
+        and data.rstrip(b"\n").count(b"\n") == 0
+
+
+def _real_outputs(hd_dir: str) -> Dict[str, bytes]:
+    """``{rel: bytes}`` of the captured files under ``hd_dir`` that hold real output
+    (not why-files), to be kept if a later capture can only write a why-file."""
+    rank_dirs = (layout.WATCHDOG_DIR + "/", layout.HEARTBEAT_DIR + "/")
+    return {rel: f["data"] for rel, f in _captured_files(hd_dir).items()
+            if not rel.startswith(rank_dirs) and f["offset"] == 0 and not is_why_data(f["data"])}
+
+
+def _restore_real_outputs(hd_dir: str, before: Mapping[str, bytes]) -> List[str]:
+    """Put back every file of ``before`` that a capture replaced by a why-file (a rank
+    whose py-spy worked at the first capture and fails at the next keeps its real
+    dump). Returns the restored names."""
+    restored = []
+    for rel, data in before.items():
+        p = os.path.join(hd_dir, rel)
+        try:
+            with open(p, "rb") as f:
+                now = f.read(4096)
+        except OSError:
+            continue
+        if is_why_data(now):
+            tmp = p + ".tmp"
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, p)
+            restored.append(rel)
+            log.info("kept the earlier real %s (this capture only got: %s)", rel,
+                     now.decode("utf-8", "replace").strip())
+    return restored
+
+
+def merge_captured(dst: str, data: bytes) -> bool:
+    """Write a captured file another node sent at ``dst`` unless a file is there already;
+    a why-file there is replaced by real output, real output is never replaced by
+    a why-file (nor by another node's copy). Returns True if written."""
+    if os.path.lexists(dst):
+        try:
+            with open(dst, "rb") as f:
+                have = f.read(4096)
+        except OSError:
+            return False
+        if not (is_why_data(have) and not is_why_data(data)) or os.path.islink(dst):
+            return False
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    tmp = dst + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, dst)
+    return True
+
+
 def capture_main(settings, scratch: str, out=None) -> int:
     """``hpc-hangkit slurm-capture``: capture this node's live ranks into
     ``<scratch>/hang_detector/`` (the epilog collects it) and print (framed) the captured files, for the batch-step monitor's roll call."""
@@ -189,9 +259,11 @@ def capture_main(settings, scratch: str, out=None) -> int:
     out = out or sys.stdout
     hd = os.path.join(scratch, layout.HANG_DETECTOR_DIR)
     ctx = CaptureContext(settings, scratch, hd, discover_ranks(scratch))
+    before = _real_outputs(hd)
     res = capture(ctx)
+    _restore_real_outputs(hd, before)
     emit_doc({"host": socket.gethostname(), "problems": res.problems,
-              "seconds": round(res.seconds, 3), "files": _encode(_captured_files(hd))}, out)
+              "seconds": round(res.seconds, 3), "files": encode_files(_captured_files(hd))}, out)
     return 0
 
 
@@ -374,6 +446,35 @@ class SlurmStackSource:
         return ans
 
 
+class RasOnRankNode:
+    """The NCCL RAS source (:class:`hpc_hangkit.ras.RasSource`, writing its JSON history
+    under the ``hang_detector`` directory) run where a rank is: ``ncclras`` talks to the
+    RAS service of an NCCL process on its own node, so while this (batch) node holds
+    no rank of the job (no heartbeat file in its scratch), each query goes through
+    ``remote_prefix`` (``srun --overlap`` on another node of the job); as soon as a
+    rank is here, it runs locally (no job step per poll). Everything else is the
+    wrapped source's."""
+
+    def __init__(self, inner, scratch: str, remote_prefix: List[str]):
+        self.inner = inner
+        self.scratch = scratch
+        self.remote_prefix = list(remote_prefix)
+        self.local_ranks = False
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def poll(self, now: float):
+        if not self.local_ranks:
+            try:
+                self.local_ranks = any(layout.parse_rank_file_name(n) for n in
+                                       os.listdir(os.path.join(self.scratch, layout.HEARTBEAT_DIR)))
+            except OSError:
+                pass
+            self.inner.client.prefix = [] if self.local_ranks else list(self.remote_prefix)
+        return self.inner.poll(now)
+
+
 def srun_probe(job_id: str, scratch: str, bin_argv: List[str]):
     """A probe function for :class:`SlurmStackSource`: one ``srun --overlap`` step running
     ``hpc-hangkit slurm-probe`` on the given nodes; returns the merged rank files."""
@@ -387,7 +488,7 @@ def srun_probe(job_id: str, scratch: str, bin_argv: List[str]):
         files: Dict[str, dict] = {}
         docs = parse_docs(p.stdout.decode("utf-8", "replace"))
         for d in docs:
-            files.update(_decode(d.get("files", {})))
+            files.update(decode_files(d.get("files", {})))
         if len(docs) < len(nodes):
             log.info("probe: %d of %d node(s) answered (%s)", len(docs), len(nodes),
                         p.stderr.decode("utf-8", "replace").strip()[-300:])
@@ -554,7 +655,7 @@ class BatchMonitor:
                 return
             docs = parse_docs(p.stdout.decode("utf-8", "replace"))
             for d in docs:
-                remote.update(_decode(d.get("files", {})))
+                remote.update(decode_files(d.get("files", {})))
                 for pr in d.get("problems", []):
                     log.warning("capture on %s: %s", d.get("host"), pr)
             log.info("captured on %d of %d other node(s)", len(docs), len(self.others))
@@ -564,7 +665,9 @@ class BatchMonitor:
             t = threading.Thread(target=_remote, daemon=True)
             t.start()
         ctx = CaptureContext(self.settings, self.scratch, self.hd_dir, discover_ranks(self.scratch))
+        before = _real_outputs(self.hd_dir)
         res = capture(ctx)
+        _restore_real_outputs(self.hd_dir, before)
         log.info("captured on %s in %.1f s (%d file(s), %d problem(s))", self.host, res.seconds,
                  len(res.files), len(res.problems))
         if t is not None:
@@ -573,10 +676,7 @@ class BatchMonitor:
             dst = os.path.normpath(os.path.join(self.hd_dir, rel))
             if not dst.startswith(self.hd_dir + os.sep):
                 continue
-            os.makedirs(os.path.dirname(dst), exist_ok=True)
-            if not os.path.exists(dst):
-                with open(dst, "wb") as fh:
-                    fh.write(f["data"])
+            merge_captured(dst, f["data"])
         from hpc_hangkit.monitor import write_report
         return write_report(self.hd_dir, self.settings, self.world_size)
 
@@ -650,7 +750,24 @@ class BatchMonitor:
                 slurm.requeue(self.job_id)
                 return
             except slurm.SlurmError as e:
+                # The requeue kills this attempt's processes, scontrol (our child,
+                # in the batch step) included, sometimes before its answer
+                # arrives: "failed (exit -15)" while the job WAS requeued. Ask
+                # Slurm what happened before treating it as refused.
+                moved = self._moved_on()
+                if moved:
+                    log.warning("hpc-hangkit: scontrol requeue ended abnormally (%s) but the job "
+                                "was requeued (%s)", e, moved)
+                    self._flush()
+                    return
                 d = Decision("end", "not requeued: scontrol requeue refused: %s" % e)
+        moved = self._moved_on()
+        if moved:
+            # never end a later attempt: this one is already over
+            log.error("hpc-hangkit: hang confirmed, %s; not ending the job: %s. Report: %s",
+                      d.reason, moved, where)
+            self._flush()
+            return
         log.error("hpc-hangkit: hang confirmed, %s. Ending the job. Report: %s", d.reason, where)
         self._flush()
         try:
@@ -665,6 +782,43 @@ class BatchMonitor:
         except slurm.SlurmError as e:
             log.error("hpc-hangkit: could not end the job: %s", e)
 
+    def _moved_on(self, tries: int = 5, pause_s: float = 1.0) -> Optional[str]:
+        """Why this attempt is over already (the job was requeued, or it is ending),
+        or None when it still runs as attempt ``self.attempt``.
+
+        Asks ``scontrol show job`` (up to ``tries`` times, ``pause_s`` apart, while
+        the answer is missing or the job is still RUNNING as this attempt: a
+        requeue that just happened is visible at once as a higher restart count
+        or a PENDING/REQUEUE state). Without an answer, the monitor's own SIGTERM
+        (the batch step is being ended by Slurm) counts as "over".
+        """
+        for i in range(max(1, tries)):
+            try:
+                info = slurm.job_info(self.job_id)
+            except (slurm.SlurmError, ValueError) as e:
+                info, err = None, e
+            if info is not None:
+                state = (info.state or "").split()[0].upper() if info.state else ""
+                if info.restarts > self.attempt:
+                    return "Slurm restart count is %d, this is attempt %d" % (info.restarts,
+                                                                               self.attempt)
+                if state.startswith("REQUEUE") or state in ("PENDING", "COMPLETED", "CANCELLED",
+                                                            "FAILED", "TIMEOUT", "NODE_FAIL",
+                                                            "PREEMPTED", "BOOT_FAIL", "DEADLINE",
+                                                            "OUT_OF_MEMORY"):
+                    return "job state %s" % state
+                if state not in ("RUNNING", "COMPLETING", "SUSPENDED", "CONFIGURING"):
+                    return None         # unknown state: act as if it still ran
+                if state == "RUNNING" and not self.done.is_set():
+                    return None
+            if i + 1 < tries:
+                time.sleep(pause_s)
+        if self.done.is_set():
+            return "Slurm is ending this attempt (the monitor got SIGTERM)"
+        if info is None:
+            log.warning("cannot look the job up (%s)", err)
+        return None
+
     @staticmethod
     def _flush():
         for h in logging.getLogger("hpc_hangkit").handlers:
@@ -673,8 +827,28 @@ class BatchMonitor:
             except Exception:
                 pass
 
+    def record_array_alias(self) -> Optional[str]:
+        """For an array task, store ``<storage_url>/<A>_<T>.jobid`` (naming SLURM_JOB_ID) so
+        ``hpc-hangkit collect A_T`` finds the task in storage after Slurm forgot it:
+        only the job environment has SLURM_ARRAY_JOB_ID/TASK_ID (slurmd's epilog
+        environment does not). Returns the alias, or None (not an array task, no
+        storage, or storage refused: logged, the monitor goes on)."""
+        url = getattr(self.settings, "storage_url", None)
+        if not url or not self.env.get("SLURM_ARRAY_TASK_ID"):
+            return None
+        try:
+            from hpc_hangkit.collect import record_array_alias
+            alias = record_array_alias(url, self.env,
+                                       self.env.get("SLURM_JOB_USER") or self.env.get("USER"))
+            if alias:
+                log.info("array task %s is job %s (alias stored)", alias, self.job_id)
+            return alias
+        except Exception as e:  # the alias is a convenience; the data is keyed by the job id
+            log.warning("could not store the array-task alias: %s", e)
+            return None
+
     def sources(self):
-        self.view_dir = tempfile.mkdtemp(prefix=".monitor_view.", dir=self.scratch)
+        self.view_dir = tempfile.mkdtemp(prefix=MONITOR_VIEW_PREFIX, dir=self.scratch)
         src = [SlurmStackSource(self.scratch, View(self.view_dir), self.others,
                                 probe=srun_probe(self.job_id, self.scratch, self.bin_argv),
                                 stats=lambda: slurm.step_stats(self.job_id),
@@ -685,7 +859,8 @@ class BatchMonitor:
             from hpc_hangkit.ras import maybe_source
             ras = maybe_source(self.settings, out_dir=self.hd_dir)
             if ras is not None:
-                src.append(ras)
+                prefix = slurm.overlap_prefix(self.job_id, self.others[:1]) if self.others else []
+                src.append(RasOnRankNode(ras, self.scratch, prefix))
         except Exception as e:  # RAS is optional evidence
             log.info("NCCL RAS source not used: %s", e)
         return src
@@ -696,6 +871,7 @@ class BatchMonitor:
         s = self.settings
         det = Detector(s.poll_interval_s, s.confirm_duration_s, s.suspect_after_s, s.report_every_s)
         parent = os.getppid()
+        self.record_array_alias()
         try:
             self.srcs = self.sources()
             mon = Monitor(det, self.srcs, hd_dir=self.hd_dir,

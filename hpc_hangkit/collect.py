@@ -78,7 +78,8 @@ _MAX_FILES = 100000
 _MAX_MANIFEST_BYTES = 32 << 20
 _MANIFEST_EVERY_S = 1.0
 #: skipped entries removed from scratch after a complete copy (recorded in the manifest)
-_JUNK = ("symlink", "not a regular file (fifo)", "not a regular file (socket)")     # progress writes of the local manifest, at most this often
+_VIEW_WHY = "the batch-step monitor's transient view (copies of other nodes' rank files; not collected)"
+_JUNK = ("symlink", "not a regular file (fifo)", "not a regular file (socket)", _VIEW_WHY)     # progress writes of the local manifest, at most this often
 
 _ATTEMPT_RE = re.compile(r"^attempt_([0-9]{1,6})\Z")
 _NUMERIC_ID_RE = re.compile(r"^[0-9]{1,12}\Z")
@@ -210,13 +211,16 @@ class _Tree:
         """-> (files [(rel, size)], skipped [(rel, why)]) of the whole tree."""
         files, skipped = [], []
 
-        def walk(dfd, prefix, depth):
+        from hpc_hangkit.batch import MONITOR_VIEW_PREFIX
+
+        def walk(dfd, prefix, depth, view=False):
             with os.scandir(dfd) as it:
                 entries = sorted(e.name for e in it)
             for name in entries:
                 rel = prefix + name
                 if prefix == "" and (name == MANIFEST_NAME or name.startswith(MANIFEST_NAME + ".")):
                     continue
+                in_view = view or (prefix == "" and name.startswith(MONITOR_VIEW_PREFIX))
                 try:
                     st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
                 except OSError as e:
@@ -234,10 +238,13 @@ class _Tree:
                         skipped.append((rel, "cannot open directory: %s" % e.strerror))
                         continue
                     try:
-                        walk(sub, rel + "/", depth + 1)
+                        walk(sub, rel + "/", depth + 1, in_view)
                     finally:
                         os.close(sub)
                 elif stat.S_ISREG(st.st_mode):
+                    if in_view:
+                        skipped.append((rel, _VIEW_WHY))
+                        continue
                     if len(files) >= _MAX_FILES:
                         skipped.append((rel, "more than %d files" % _MAX_FILES))
                         continue
@@ -278,15 +285,17 @@ class _Tree:
             if pfd != self.root_fd:
                 os.close(pfd)
 
-    def unlink_junk(self, rel):
-        """Remove a symlink, fifo or socket (unlink never follows a link)."""
+    def unlink_junk(self, rel, regular_ok=False):
+        """Remove a symlink, fifo or socket (unlink never follows a link); with
+        ``regular_ok`` also a regular file (the monitor's transient view)."""
         try:
             pfd, name = self._parent(rel)
         except (OSError, ValueError):
             return
         try:
             st = os.stat(name, dir_fd=pfd, follow_symlinks=False)
-            if stat.S_ISLNK(st.st_mode) or stat.S_ISFIFO(st.st_mode) or stat.S_ISSOCK(st.st_mode):
+            if stat.S_ISLNK(st.st_mode) or stat.S_ISFIFO(st.st_mode) or stat.S_ISSOCK(st.st_mode) \
+                    or (regular_ok and stat.S_ISREG(st.st_mode)):
                 os.unlink(name, dir_fd=pfd)
         except OSError:
             pass
@@ -659,7 +668,7 @@ def copy_tree(root_fd, dest_url, *, job_id, attempt, host=None, deadline=None,
     if delete_local:
         for rel, why in skipped:
             if why.startswith(_JUNK):
-                tree.unlink_junk(rel)
+                tree.unlink_junk(rel, regular_ok=why == _VIEW_WHY)
         tree.prune_empty_dirs()
     return man
 
@@ -1377,7 +1386,7 @@ def _write_docs(text, hd_root, host_order=None):
         hosts.append(host)
         for pr in doc.get("problems") or []:
             notes.append("node %s: %s" % (host, pr))
-        for rel, f in sorted(batch._decode(doc.get("files") or {}).items()):
+        for rel, f in sorted(batch.decode_files(doc.get("files") or {}).items()):
             try:
                 parts = _safe_rel(rel)
             except ValueError:
@@ -1391,9 +1400,12 @@ def _write_docs(text, hd_root, host_order=None):
             if rel in seen:
                 with open(os.path.join(hd_root, *parts), "rb") as fh:
                     old = fh.read()
-                if old.startswith(data):
-                    continue            # a copy (e.g. the monitor's) of a longer original
-                if not data.startswith(old):
+                if old.startswith(data) or (batch.is_why_data(data) and not batch.is_why_data(old)):
+                    continue            # a copy (e.g. the monitor's) of a longer original,
+                    #                     or only a why-file where real output exists
+                if batch.is_why_data(old) and not batch.is_why_data(data):
+                    pass                # real output replaces a why-file
+                elif not data.startswith(old):
                     rel = _alt_name(rel, host)      # really different: keep both
                     parts = rel.split("/")
             seen.add(rel)

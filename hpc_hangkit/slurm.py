@@ -289,6 +289,23 @@ def cancel(job_id) -> None:
     _run(["scancel", validate_job_id(job_id)])
 
 
+def overlap_prefix(job_id, nodes: Sequence[str]) -> List[str]:
+    """The argv that runs a command once on each of ``nodes`` inside the job's
+    allocation, next to its running steps: ``srun --overlap --jobid J -w n1,n2 -N k
+    -n k --ntasks-per-node=1 -l --hang-detect=off --kill-on-bad-exit=0 --`` (hang
+    detection off so the helper is never armed). Raises ValueError for a bad id or
+    node name, or no node."""
+    jid = validate_job_id(job_id)
+    for n in nodes:
+        if not NODE_RE.match(n):
+            raise ValueError("invalid node name %r" % (n,))
+    if not nodes:
+        raise ValueError("srun_overlap needs at least one node")
+    return ["srun", "--overlap", "--jobid", jid, "-w", ",".join(nodes), "-N", str(len(nodes)),
+            "-n", str(len(nodes)), "--ntasks-per-node=1", "-l", "--hang-detect=off",
+            "--kill-on-bad-exit=0", "--"]
+
+
 def srun_overlap(job_id, nodes: Sequence[str], argv: Sequence[str],
                  timeout: float = 60.0, env: Optional[Mapping[str, str]] = None
                  ) -> subprocess.CompletedProcess:
@@ -299,15 +316,7 @@ def srun_overlap(job_id, nodes: Sequence[str], argv: Sequence[str],
     Returns the finished process (stdout/stderr bytes, output of all nodes,
     prefixed ``<task>: `` by ``-l``). Raises SlurmError on timeout or a missing srun.
     """
-    jid = validate_job_id(job_id)
-    for n in nodes:
-        if not NODE_RE.match(n):
-            raise ValueError("invalid node name %r" % (n,))
-    if not nodes:
-        raise ValueError("srun_overlap needs at least one node")
-    cmd = ["srun", "--overlap", "--jobid", jid, "-w", ",".join(nodes), "-N", str(len(nodes)),
-           "-n", str(len(nodes)), "--ntasks-per-node=1", "-l", "--hang-detect=off",
-           "--kill-on-bad-exit=0", "--"] + list(argv)
+    cmd = overlap_prefix(job_id, nodes) + list(argv)
     e = dict(os.environ if env is None else env)
     # our batch-step environment must not shape the probe step
     for k in list(e):

@@ -378,3 +378,23 @@ def test_record_array_alias_from_the_job_environment(tmp_path):
     assert collect.record_array_alias(None, env) is None
     (tmp_path / "9_9.jobid").write_text("../../x\n")      # a forged alias is ignored
     assert collect._read_alias(url, "9_9", None) is None
+
+
+@pytest.mark.timeout(60)
+def test_monitor_view_is_not_collected_and_is_removed_after_a_complete_copy(area, fh_dump):
+    """The batch-step monitor's ``.monitor_view.*`` (its copies of other nodes' rank
+    files; left behind when the monitor was killed) is neither copied (each node
+    stores its own files) nor left in scratch after a complete copy."""
+    uid, gid, _ = job_user()
+    files = {"watchdog/rank_0.pid11.log": fh_dump,
+             ".monitor_view.k2j4/watchdog/rank_2.pid31.log": fh_dump,
+             ".monitor_view.k2j4/heartbeats/rank_2.pid31.hb": os.urandom(512)}
+    d = area.make_attempt("109", 0, uid, gid, files)
+    res = _run(area, "109")
+    assert res["status"] == "complete", res
+    assert res["copied"] == 1, res
+    _, stored = _stored(area, "109")
+    assert "hang_detector/watchdog/rank_0.pid11.log" in stored
+    assert not [k for k in stored if "monitor_view" in k or "rank_2" in k], stored
+    assert local_files(d) == {}
+    assert not os.path.isdir(d) or not [n for n in os.listdir(d) if n.startswith(".monitor_view.")]

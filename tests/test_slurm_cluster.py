@@ -365,11 +365,12 @@ def test_no_requeue_job_gets_a_clear_message_and_is_not_requeued(jobs):
 
 
 @pytest.mark.timeout(420)
-@pytest.mark.xfail(strict=False, reason="flaky on a loaded 2-core CI run: attempt 2 ended CANCELLED "
-                   "instead of COMPLETED once in 2 runs (cause not found yet; see the closing note)")
 def test_admin_requeue_does_not_spend_the_hang_budget(jobs):
     # attempt 0 waits; an admin requeue makes SLURM_RESTART_COUNT=1; attempt 1 hangs
-    # and still gets its hang requeue; attempt 2 completes
+    # and still gets its hang requeue; attempt 2 completes.
+    # (Once flaky: the monitor's `scontrol requeue` can be killed by the requeue's own
+    # SIGTERM before its answer arrives; the monitor then took it for a refusal and
+    # scancel'ed the requeued job. test_slurm_unit.py replays that race.)
     text = gloo_script("second").replace("#SBATCH -N2", "#SBATCH -N2", 1)
     text = text.replace("echo \"attempt", "export HK_WAIT_FOR_ADMIN_REQUEUE=1\necho \"attempt", 1)
     j = jobs.submit("gloo-admin", text, "--hang-detect=fail")
@@ -381,7 +382,9 @@ def test_admin_requeue_does_not_spend_the_hang_budget(jobs):
     out = out_of(j)
     assert "attempt restart_count=1" in out
     assert "requeueing: hang requeue 1 of 1" in out, out[-3000:]
-    assert i.state == "COMPLETED" and i.restarts == 2
+    assert "not requeued" not in out, out[-3000:]
+    assert i.state == "COMPLETED" and i.restarts == 2, (i.state, i.restarts, i.raw.get("Comment"),
+                                                        out[-3000:])
     st = _requeue_state(j)
     assert st["hang_requeues"] == 1 and st["hangs"][0]["attempt"] == 1
 

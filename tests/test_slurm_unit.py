@@ -230,3 +230,172 @@ def test_prolog_exits_0_on_a_broken_site_config(tmp_path):
     p, _ = _run_prolog(tmp_path, extra_env={"HPC_HANGKIT_CONFIG": str(cfg)})
     assert p.returncode == 0
     assert b"cannot load the site settings" in p.stderr
+
+
+# --------------------------------------------------------------------------- requeue vs. its own kill
+#
+# Found on the testbed (Slurm 22.05, job 142 of a CI run): `scontrol requeue`, run by the
+# monitor inside the batch step, was killed by the requeue's own SIGTERM before its
+# answer arrived ("failed (exit -15)") although the job WAS requeued; the monitor took
+# that for a refusal and scancel'ed the requeued job (attempt 2 ended CANCELLED).
+# That race cannot be forced on the real cluster, so these stand-in Slurm commands
+# replay exactly what the real ones did: scontrol requeue records the requeue, then
+# dies by SIGTERM; scontrol show job -o then prints the incremented Restarts.
+
+_FAKE_SCONTROL = r"""#!/bin/bash
+state=%(state)s
+case "$1" in
+  requeue)
+    echo "$*" >> %(calls)s
+    if [ "%(requeue)s" = took ]; then echo 1 > $state; kill -TERM $$; fi
+    if [ "%(requeue)s" = refused ]; then echo "scontrol: error: Requested operation is presently disabled" >&2; exit 1; fi
+    exit 0;;
+  show)
+    r=$(cat $state 2>/dev/null || echo 0)
+    if [ "$r" = 1 ]; then st=PENDING; else st=RUNNING; fi
+    echo "JobId=$4 JobName=j UserId=u(1001) JobState=$st Requeue=1 Restarts=$((r + %(attempt)d)) BatchFlag=1 NodeList=hk1"
+    ;;
+  update) echo "$*" >> %(calls)s;;
+esac
+"""
+
+
+def _monitor_with_fake_slurm(tmp_path, monkeypatch, requeue):
+    from hpc_hangkit.config import load_settings
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    calls = tmp_path / "calls"
+    calls.write_text("")
+    (bindir / "scontrol").write_text(_FAKE_SCONTROL % {
+        "state": tmp_path / "requeued", "calls": calls, "requeue": requeue, "attempt": 1})
+    (bindir / "scancel").write_text("#!/bin/bash\necho \"scancel $*\" >> %s\n" % calls)
+    for f in ("scontrol", "scancel"):
+        os.chmod(str(bindir / f), 0o755)
+    monkeypatch.setenv("PATH", "%s:%s" % (bindir, os.environ["PATH"]))
+    settings = load_settings(env={}, path=None, overrides={
+        "mode": "fail", "storage_url": "file://%s" % (tmp_path / "storage"), "max_hang_requeues": 1})
+    scratch = tmp_path / "scratch" / "job_77" / "attempt_1"
+    scratch.mkdir(parents=True)
+    env = {"SLURM_JOB_ID": "77", "SLURM_RESTART_COUNT": "1", "HANGKIT_SCRATCH_DIR": str(scratch),
+           "SLURM_JOB_NODELIST": "hk1", "HOME": str(tmp_path)}
+    bm = batch.BatchMonitor(settings, env, [sys.executable, "-m", "hpc_hangkit"])
+    rep = {"verdict": "SPLIT", "suspect_ranks": [1], "groups": []}
+    return bm, rep, calls
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("requeue", ["took", "refused"])
+def test_requeue_killed_by_its_own_sigterm_is_not_taken_for_a_refusal(tmp_path, monkeypatch, requeue):
+    """took: scontrol requeue dies by SIGTERM after Slurm requeued the job -> the job
+    must live on (no Comment, no scancel). refused: a real refusal still ends the
+    job with the reason."""
+    bm, rep, calls = _monitor_with_fake_slurm(tmp_path, monkeypatch, requeue)
+    bm.act(rep, "report.txt")
+    done = calls.read_text()
+    assert "requeue 77" in done
+    if requeue == "took":
+        assert "scancel" not in done and "Comment=" not in done, done
+        st = json.load(open(str(tmp_path / "storage" / "77" / "hangkit_requeue.json")))
+        assert st["hang_requeues"] == 1 and st["hangs"][0]["attempt"] == 1
+    else:
+        assert "Comment=hpc-hangkit: hang confirmed, not requeued: scontrol requeue refused" in done
+        assert "scancel 77" in done, done
+
+
+# --------------------------------------------------------------------------- why-files never win
+
+PYSPY_FIXTURE = os.path.join(REPO, "tests", "fixtures", "torch_samples", "gloo_divergent_barrier",
+                             "pyspy", "dump_native_rank1.txt")
+
+
+def _why(tool="py-spy", why="py-spy dump --pid 7 failed: No such process"):
+    from hpc_hangkit.capture import unavailable_line
+    return unavailable_line(tool, why).encode()
+
+
+def test_why_data_is_told_apart_from_real_output():
+    real = open(PYSPY_FIXTURE, "rb").read()
+    assert batch.is_why_data(_why()) and batch.is_why_data(_why("nvidia-smi", "not found"))
+    assert not batch.is_why_data(real) and not batch.is_why_data(b"")
+    assert not batch.is_why_data(_why() + real)            # a real dump that mentions us
+
+
+def test_remote_capture_merge_keeps_real_output_and_replaces_why_files(tmp_path):
+    real = open(PYSPY_FIXTURE, "rb").read()
+    a, b, c = (str(tmp_path / "stack_traces" / ("rank_%d.log" % i)) for i in (1, 2, 3))
+    assert batch.merge_captured(a, real)                    # nothing there: written
+    assert not batch.merge_captured(a, _why())              # real output stays
+    assert open(a, "rb").read() == real
+    assert batch.merge_captured(b, _why()) and batch.merge_captured(b, real)   # why-file replaced
+    assert open(b, "rb").read() == real
+    os.symlink(a, c)
+    assert not batch.merge_captured(c, real)                # never written through a link
+
+
+def test_a_later_capture_cannot_turn_a_real_dump_into_a_why_file(tmp_path):
+    hd = tmp_path / "hang_detector"
+    (hd / "stack_traces").mkdir(parents=True)
+    real = open(PYSPY_FIXTURE, "rb").read()
+    (hd / "stack_traces" / "rank_1.log").write_bytes(real)
+    (hd / "stack_traces" / "rank_2.log").write_bytes(_why())
+    before = batch._real_outputs(str(hd))
+    assert list(before) == ["stack_traces/rank_1.log"]
+    # the second capture: py-spy fails for both ranks now (the processes are gone)
+    (hd / "stack_traces" / "rank_1.log").write_bytes(_why())
+    assert batch._restore_real_outputs(str(hd), before) == ["stack_traces/rank_1.log"]
+    assert (hd / "stack_traces" / "rank_1.log").read_bytes() == real
+    assert batch.is_why_data((hd / "stack_traces" / "rank_2.log").read_bytes())
+
+
+def test_collect_live_answers_prefer_real_output_over_why_files(tmp_path):
+    from hpc_hangkit import collect
+    real = open(PYSPY_FIXTURE, "rb").read()
+
+    def doc(host, files):
+        buf = io.StringIO()
+        batch.emit_doc({"host": host, "files": batch.encode_files(
+            {k: {"size": len(v), "offset": 0, "data": v} for k, v in files.items()})}, buf)
+        return buf.getvalue()
+    # hk1 (batch node) holds the monitor's real copy of rank 2, hk2 can only say why now;
+    # for rank 3 it is the other way round
+    text = (doc("hk1", {"stack_traces/rank_2.log": real, "stack_traces/rank_3.log": _why()})
+            + doc("hk2", {"stack_traces/rank_2.log": _why(), "stack_traces/rank_3.log": real}))
+    hd = tmp_path / "hd"
+    collect._write_docs(text, str(hd))
+    assert sorted(os.listdir(hd / "stack_traces")) == ["rank_2.log", "rank_3.log"]
+    assert (hd / "stack_traces" / "rank_2.log").read_bytes() == real
+    assert (hd / "stack_traces" / "rank_3.log").read_bytes() == real
+
+
+# --------------------------------------------------------------------------- RAS where a rank is
+
+@pytest.mark.timeout(60)
+def test_ras_runs_through_the_prefix_until_this_node_holds_a_rank(tmp_path, monkeypatch):
+    """RAS needs GPUs: the ncclras stand-in replays real-format polls. While the
+    scratch holds no rank, the query goes through the remote prefix (here a real
+    launcher that logs and execs, standing for srun --overlap); once a rank's
+    heartbeat is here, ncclras runs locally."""
+    import shutil
+    from hpc_hangkit.config import load_settings
+    from hpc_hangkit.ras import RasSource
+    standin = os.path.join(REPO, "tests", "ncclras_standin")
+    polls = tmp_path / "polls"
+    shutil.copytree(os.path.join(REPO, "tests", "fixtures", "nccl", "b_history"), str(polls))
+    monkeypatch.setenv("PATH", standin + os.pathsep + os.environ["PATH"])
+    monkeypatch.setenv("NCCLRAS_STANDIN_DIR", str(polls))
+    monkeypatch.setenv("NCCLRAS_STANDIN_STATE", str(tmp_path / "state"))
+    launched = tmp_path / "launched"
+    launcher = [sys.executable, "-c", "import os, sys; open(%r, 'a').write('remote\\n'); "
+                "os.execvp(sys.argv[1], sys.argv[1:])" % str(launched)]
+    settings = load_settings(env={}, path=None, overrides={"mode": "observe"})
+    scratch = tmp_path / "scratch"
+    (scratch / layout.HEARTBEAT_DIR).mkdir(parents=True)
+    hd = scratch / layout.HANG_DETECTOR_DIR
+    src = batch.RasOnRankNode(RasSource(settings, out_dir=str(hd)), str(scratch), launcher)
+    first = src.poll(1.0)
+    assert first and launched.read_text() == "remote\n"            # no rank here: remote
+    (scratch / layout.HEARTBEAT_DIR / "rank_0.pid42.hb").write_bytes(b"\0" * 512)
+    second = src.poll(2.0)
+    assert second and launched.read_text() == "remote\n"           # a rank here: local
+    assert src.inner.client.prefix == [] and src.name == "nccl_ras"
+    assert list((hd / "nccl_ras").glob("ncclras_*.json"))           # out_dir got the history
