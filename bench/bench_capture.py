@@ -1,0 +1,109 @@
+"""Figure 7: capture of 8 local ranks of a real hung job (on-demand watchdog dumps + ``py-spy dump
+--native`` of every rank in parallel). Target: <= 2 s wall.
+
+    python bench/bench_capture.py [--ranks 8] [--reps 3] [--quick]
+
+A real 8-rank gloo job (``examples/gloo_divergent.py`` under ``torch.distributed.run``, rank 1
+skips an ``all_reduce``) is started armed and left hung. Then, ``--reps`` times, alternating:
+
+- ours: :func:`hpc_hangkit.capture.request_dumps` + :func:`hpc_hangkit.capture.pyspy_all` (the
+  two steps of the figure, as :func:`~hpc_hangkit.capture.capture` runs them), wall time;
+- anchor: ``py-spy dump --native`` of the same ranks one after the other
+  (:func:`hpc_hangkit.capture.pyspy_rank` in a loop: the same per-rank work, sequential).
+
+Finally one full :func:`hpc_hangkit.capture.capture` (with the hooks: Flight Recorder dumps of
+every rank, nvidia-smi, ncclras, and the copy of the scratch), for reference: the figure is the
+first two steps. Prints the median and max of each, the ratio, and whether the target is met.
+The job's process group is killed at the end. Exit status 1 if any py-spy dump failed.
+"""
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, ROOT)
+sys.path.insert(0, HERE)
+import _jobs  # noqa: E402
+import _util  # noqa: E402
+
+TARGET_S = 2.0
+
+
+def _failed(paths):
+    """py-spy outputs that are why-files (``hpc-hangkit: py-spy unavailable: ...``)."""
+    bad = []
+    for p in paths:
+        try:
+            with open(p, "rb") as f:
+                if f.read(64).startswith(b"hpc-hangkit: py-spy unavailable"):
+                    bad.append(p)
+        except OSError:
+            bad.append(p)
+    return bad
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--ranks", type=int, default=8)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="2 ranks, 1 repetition (smoke test)")
+    a = ap.parse_args(argv)
+    _jobs.exit_on_sigterm()
+    if a.quick:
+        a.ranks, a.reps = 2, 1
+    from hpc_hangkit import capture as cap
+
+    print("bench_capture: %d local ranks of a hung gloo job, %d repetitions; target <= %.1f s wall; %s"
+          % (a.ranks, a.reps, TARGET_S, _util.load_note()))
+    base = tempfile.mkdtemp(prefix="hk_capture_")
+    job = None
+    bad = []
+    try:
+        scratch = os.path.join(base, "scratch")
+        s = _jobs.settings()
+        job = _jobs.start_hung_job(scratch, a.ranks, s=s, log_path=os.path.join(base, "job.log"))
+        ranks = _jobs.wait_hung(scratch, a.ranks, job, timeout_s=240)
+        print("job hung: ranks %s" % sorted(ranks))
+        ours, dumps_s, anchor = [], [], []
+        for i in range(a.reps):
+            ctx = cap.CaptureContext(s, scratch, os.path.join(base, "ours%d" % i), ranks)
+            t0 = time.perf_counter()
+            cap.request_dumps(ctx)
+            t1 = time.perf_counter()
+            files = cap.pyspy_all(ctx)
+            t2 = time.perf_counter()
+            ours.append(t2 - t0)
+            dumps_s.append(t1 - t0)
+            bad += _failed(files)
+            actx = cap.CaptureContext(s, scratch, os.path.join(base, "anchor%d" % i), ranks)
+            t0 = time.perf_counter()
+            files = [cap.pyspy_rank(actx, rp) for rp in ranks.values()]
+            anchor.append(time.perf_counter() - t0)
+            bad += _failed(files)
+            print("rep %d: ours %.2f s (on-demand dumps %.2f s + py-spy in parallel %.2f s)   anchor (sequential "
+                  "py-spy) %.2f s   problems: %s" % (i + 1, ours[-1], dumps_s[-1], ours[-1] - dumps_s[-1], anchor[-1],
+                                                    (ctx.problems + actx.problems) or "none"))
+        full = cap.capture(cap.CaptureContext(s, scratch, os.path.join(base, "full"), ranks))
+        med, amed = statistics.median(ours), statistics.median(anchor)
+        print("ours:   median %.2f s, max %.2f s (dumps + parallel py-spy --native of %d ranks)" % (med, max(ours), a.ranks))
+        print("anchor: median %.2f s, max %.2f s (sequential py-spy --native)" % (amed, max(anchor)))
+        print("ratio anchor/ours: %.1fx" % (amed / max(med, 1e-9)))
+        print("full capture() with hooks (Flight Recorder, nvidia-smi, ncclras) and the copy: %.2f s, %d files, "
+              "problems: %s" % (full.seconds, len(full.files), full.problems or "none"))
+        print("target <= %.1f s wall: %s (median %.2f s, max %.2f s)"
+              % (TARGET_S, "met" if max(ours) <= TARGET_S else "NOT met", med, max(ours)))
+        if bad:
+            print("py-spy FAILED on %d dump(s): %s" % (len(bad), bad[:4]))
+        return 1 if bad else 0
+    finally:
+        _jobs.kill_job(job)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
