@@ -9,8 +9,9 @@ Slurm monitor runs capture once per node).
 Steps, in order, each bounded in time and each failing alone:
 
 1. an on-demand watchdog dump of every rank
-   (:func:`hpc_hangkit.watchdog.request_dump`), waited for up to
-   ``dump_wait_s`` seconds so the dump lands before the copy;
+   (:func:`hpc_hangkit.watchdog.request_dumps`: through each rank's watchdog
+   thread, then directly if its main thread holds the GIL), waited for up to
+   ``2 * dump_wait_s`` seconds so the dump lands before the copy;
 2. ``py-spy dump --native --pid <pid>`` of every rank, in parallel, into
    ``<hd_dir>/stack_traces/rank_<i>.log``; a missing or refused py-spy (no
    ptrace) writes a one-line why-file ``hpc-hangkit: py-spy unavailable: <why>``
@@ -188,39 +189,24 @@ def _watchdog_logs(scratch: str, pid: int) -> List[str]:
     return out
 
 
-def _size(path: str) -> int:
-    try:
-        return os.lstat(path).st_size
-    except OSError:
-        return -1
-
-
-def request_dumps(ctx: CaptureContext, wait_s: float = 2.0) -> None:
-    """Ask every rank's watchdog for a dump now; wait up to ``wait_s`` s for each log to grow."""
-    from hpc_hangkit.watchdog import request_dump
+def request_dumps(ctx: CaptureContext, wait_s: float = 1.0) -> None:
+    """Ask every rank's watchdog for a dump now (:func:`hpc_hangkit.watchdog.request_dumps`:
+    through its watchdog thread, then directly after ``wait_s`` s if the main thread holds
+    the GIL); a rank with no dump after that is reported as a capture problem."""
+    from hpc_hangkit.watchdog import request_dumps as ask
     sig = getattr(ctx.settings, "watchdog_signal", "SIGURG")
-    before = {}
+    targets = {}
+    rank_of = {}
     for rp in ctx.ranks.values():
-        logs = _watchdog_logs(ctx.scratch, rp.pid)
-        before[rp.rank] = {p: _size(p) for p in logs}
-        try:
-            request_dump(rp.pid, sig)
-        except Exception as e:  # dead rank, no permission: report, continue
-            ctx.problem("rank %d (pid %d): on-demand watchdog dump failed: %s" % (rp.rank, rp.pid, e))
-            before.pop(rp.rank, None)
-    deadline = time.monotonic() + wait_s
-    pending = {r for r, sizes in before.items() if sizes}
-    while pending and time.monotonic() < deadline:
-        time.sleep(0.05)
-        for r in list(pending):
-            if any(_size(p) > s for p, s in before[r].items()):
-                pending.discard(r)
-    # a little more time for the dump to finish writing once it started growing
-    if len(pending) < len(before):
-        time.sleep(0.2)
-    for r in sorted(pending):
-        ctx.problem("rank %d: no on-demand watchdog dump within %.1f s (rank blocked with signals masked?)"
-                    % (r, wait_s))
+        targets[rp.pid] = _watchdog_logs(ctx.scratch, rp.pid)
+        rank_of[rp.pid] = rp.rank
+    for pid, how in sorted(ask(targets, sig, timeout_s=wait_s).items(), key=lambda kv: rank_of[kv[0]]):
+        r = rank_of[pid]
+        if how == "gone" or how.startswith("failed"):
+            ctx.problem("rank %d (pid %d): on-demand watchdog dump failed: %s" % (r, pid, how))
+        elif how == "no dump" and targets[pid]:
+            ctx.problem("rank %d: no on-demand watchdog dump within %.1f s (rank blocked with signals masked?)"
+                        % (r, 2 * wait_s))
 
 
 def _run_pyspy(pyspy: str, pid: int, native: bool, timeout_s: float):
@@ -313,7 +299,7 @@ def copy_rank_files(scratch: str, hd_dir: str) -> List[str]:
     return copied
 
 
-def capture(ctx: CaptureContext, dump_wait_s: float = 2.0) -> CaptureResult:
+def capture(ctx: CaptureContext, dump_wait_s: float = 1.0) -> CaptureResult:
     """All capture steps (see the module docstring) for ``ctx.ranks``; never raises for a tool/rank problem."""
     t0 = time.monotonic()
     os.makedirs(ctx.hd_dir, exist_ok=True)

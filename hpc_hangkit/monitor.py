@@ -234,19 +234,31 @@ class StackSource:
         """On-demand dump of every live local rank process not in ``skip_ranks`` (for the next poll)."""
         if not self.sample_signal:
             return
-        from hpc_hangkit.watchdog import request_dump
+        from hpc_hangkit.watchdog import request_dumps
+        targets: Dict[int, List[str]] = {}
+        states: Dict[int, list] = {}
         for path, st in self._procs.items():
             if not st.local or st.gone:
                 continue
             parsed = layout.parse_rank_file_name(os.path.basename(path))
             if parsed and parsed[0] in skip_ranks:
                 continue
-            try:
-                request_dump(st.pid, self.sample_signal)
-            except ProcessLookupError:
-                st.gone = True
-            except (PermissionError, ValueError, OSError) as e:
-                log.warning("cannot sample pid %d (%s): stack progress relies on the watchdog period", st.pid, e)
+            targets.setdefault(st.pid, []).append(path)
+            states.setdefault(st.pid, []).append(st)
+        if not targets:
+            return
+        try:
+            outcome = request_dumps(targets, self.sample_signal, timeout_s=1.0)
+        except ValueError as e:
+            log.warning("cannot sample ranks (%s): stack progress relies on the watchdog period", e)
+            self.sample_signal = None
+            return
+        for pid, how in outcome.items():
+            if how == "gone":
+                for st in states[pid]:
+                    st.gone = True
+            elif how.startswith("failed"):
+                log.warning("cannot sample pid %d (%s): stack progress relies on the watchdog period", pid, how)
                 self.sample_signal = None
                 return
 

@@ -8,6 +8,7 @@ Public API (see docs/watchdog.md)::
     checkpoint(label="")                                 "I am making progress" (< 1 us)
     is_watching() -> bool
     request_dump(pid, signal_name="SIGURG")              on-demand dump of another process
+    request_dumps({pid: [logs]}, ...)                    the same for many, confirmed, with fallback
 
 A rank is normally armed from the job environment at interpreter start (the
 boot ``sitecustomize``); calling :func:`watch` yourself is for programs run
@@ -17,6 +18,7 @@ the core that boot loaded (``sys.modules['_hangkit_core']``).
 import contextlib
 import os
 import sys
+import time
 
 if "_hangkit_core" in sys.modules:
     _core = sys.modules["_hangkit_core"]
@@ -29,7 +31,7 @@ else:
 #: Bound directly to the core function: no wrapper on the hot path.
 checkpoint = _core.checkpoint
 
-__all__ = ["watch", "unwatch", "watching", "checkpoint", "is_watching", "request_dump", "status"]
+__all__ = ["watch", "unwatch", "watching", "checkpoint", "is_watching", "request_dump", "request_dumps", "status"]
 
 
 def _rank_from_env():
@@ -124,12 +126,86 @@ def watching(path_or_fd=None, period_s=None, signum=None):
             _core.disarm()
 
 
-def request_dump(pid, signal_name="SIGURG"):
-    """Ask process ``pid`` (a watched rank) for one stack dump now.
+def request_dump(pid, signal_name="SIGURG", direct=False):
+    """Ask process ``pid`` (a watched rank) for one stack dump now, without waiting.
 
-    Sends ``signal_name`` to its main thread (``tgkill(pid, pid, sig)``); the
-    dump lands in that rank's watchdog log.  Returns None.  Raises
-    ProcessLookupError (no such process), PermissionError (not ours),
-    ValueError (not a watchdog signal).
+    The request goes to the rank's ``hk-watchdog`` thread, which dumps the
+    main thread from Python under the GIL (crash-free); ``direct=True`` (or a
+    rank without that thread) signals the main thread and faulthandler dumps
+    from C.  The dump lands in that rank's watchdog log.  Returns
+    ``"thread"`` or ``"signal"``.  Raises ProcessLookupError (no such
+    process), PermissionError (not ours), ValueError (not a watchdog signal).
+    Use :func:`request_dumps` to also make sure the dump arrived.
     """
-    return _core.request_dump(pid, signal_name)
+    return _core.request_dump(pid, signal_name, direct=direct)
+
+
+def _sizes(paths):
+    out = {}
+    for p in paths:
+        try:
+            out[p] = os.lstat(p).st_size
+        except OSError:
+            out[p] = -1
+    return out
+
+
+def request_dumps(targets, signal_name="SIGURG", timeout_s=1.0, settle_s=0.1):
+    """On-demand dumps of several ranks, each confirmed by its log growing.
+
+    targets: ``{pid: [watchdog log paths of that pid]}``.  Every rank is asked
+    through its ``hk-watchdog`` thread first (all at once); a rank whose log
+    has not grown after ``timeout_s`` seconds has a main thread that holds
+    the GIL while blocked in C, so its watchdog thread cannot run: it is then
+    signalled directly and faulthandler dumps from C (safe in that state).
+    Waits at most about ``2 * timeout_s + settle_s`` seconds in all.
+
+    Returns ``{pid: outcome}`` with outcome ``"thread"``, ``"signal"``
+    (direct, or no watchdog thread), ``"escalated"`` (thread path timed out,
+    direct signal delivered the dump), ``"no dump"`` (asked both ways, log
+    never grew: signals masked, or the process is stopped) or ``"failed:
+    <error>"`` (not ours) or ``"gone"`` (no such process).  Never raises for a single rank's failure;
+    ValueError for a signal the watchdog does not use.
+    """
+    _core.signal_number(signal_name)
+    before = {}
+    out = {}
+    for pid, logs in targets.items():
+        before[pid] = _sizes(logs)
+        try:
+            out[pid] = request_dump(pid, signal_name)
+        except ProcessLookupError:
+            out[pid] = "gone"
+        except OSError as e:
+            out[pid] = "failed: %s" % (e.strerror or e)
+
+    def grown(pid):
+        return any(n > before[pid].get(p, -1) for p, n in _sizes(before[pid]).items())
+
+    def wait(pids):
+        deadline = time.monotonic() + timeout_s
+        pending = set(pids)
+        while pending and time.monotonic() < deadline:
+            pending = {p for p in pending if not grown(p)}
+            if pending:
+                time.sleep(0.01)
+        return pending
+
+    waiting = [p for p, o in out.items() if o in ("thread", "signal") and before[p]]
+    slow = wait(waiting)
+    for pid in sorted(slow):
+        if out[pid] == "thread":
+            try:
+                request_dump(pid, signal_name, direct=True)
+                out[pid] = "escalated"
+            except ProcessLookupError:
+                out[pid] = "gone"
+            except OSError as e:
+                out[pid] = "failed: %s" % (e.strerror or e)
+    still = wait([p for p in slow if out[p] == "escalated"]) if slow else set()
+    for pid in slow:
+        if pid in still or out[pid] == "signal":
+            out[pid] = "no dump"
+    if len(waiting) > len(still):
+        time.sleep(settle_s)  # a dump that started growing finishes writing
+    return out

@@ -118,6 +118,7 @@ _monotonic = time.monotonic
 _pack_label = HB_LABEL.pack_into
 
 _libc_cache = None
+_libc_extra = {}
 
 
 class _TimeSpec:  # filled in by _libc()
@@ -164,9 +165,13 @@ def _libc():
     td = lib_rt.timer_delete
     td.argtypes = [ctypes.c_void_p]
     td.restype = ctypes.c_int
+    tg = lib_rt.timer_gettime
+    tg.argtypes = [ctypes.c_void_p, ctypes.POINTER(itimerspec)]
+    tg.restype = ctypes.c_int
     sc = libc.syscall
     sc.restype = ctypes.c_long
     _libc_cache = (libc, tc, ts, td, sc, ctypes, timespec, itimerspec, sigevent)
+    _libc_extra["timer_gettime"] = tg
     return _libc_cache
 
 
@@ -340,24 +345,127 @@ def _set_timer(st, first_s, absolute=False):
         raise _oserror("timer_settime")
 
 
-def _deadline_loop(gen, st):
-    """Daemon thread: push the kernel timer to last checkpoint + period."""
-    wake = st["_wake"]
-    step = st["period_s"] / 4.0
-    armed_for = st["_armed_for"]
+def _timer_next(st):
+    """Monotonic time of the kernel timer's next expiry (None: disarmed/unknown)."""
+    _, _, _, _, _, ctypes, _, itimerspec, _ = _libc()
+    spec = itimerspec()
+    if _libc_extra["timer_gettime"](st["_timer"], ctypes.byref(spec)) != 0:
+        return None
+    v = spec.it_value
+    if v.tv_sec == 0 and v.tv_nsec == 0:
+        return None
+    return _monotonic() + v.tv_sec + v.tv_nsec / 1e9
+
+
+def _fh_str(s):
+    """A string the way faulthandler writes it: ASCII, escapes, cut at 500 chars."""
+    if not isinstance(s, str):
+        return "???"
+    cut = len(s) > 500
+    out = s[:500].encode("ascii", "backslashreplace").decode("ascii")
+    return out + "..." if cut else out
+
+
+def dump_main_thread(st=None):
+    """Write one dump of the main thread's stack, from Python, to the watchdog log.
+
+    Same text as faulthandler's ``Stack (most recent call first):`` block (the
+    parsers cannot tell them apart).  Safe only because the caller holds the
+    GIL, so the main thread is between bytecodes or blocked in C and its frame
+    chain is consistent; this is what makes on-demand and periodic dumps of a
+    *running* rank crash-free (a C-level signal dump that lands while the main
+    thread pops a frame reads freed memory on CPython 3.11/3.12, see
+    docs/watchdog.md).  Returns True if a dump was written.
+    """
+    st = _state if st is None else st
+    if st is None:
+        return False
+    f = sys._current_frames().get(st.get("_main_ident"))
+    if f is None:
+        return False
+    parts = ["Stack (most recent call first):\n"]
+    depth = 0
+    while f is not None:
+        if depth >= 100:  # faulthandler's MAX_FRAME_DEPTH
+            parts.append("  ...\n")
+            break
+        co = f.f_code
+        line = f.f_lineno
+        parts.append('  File "%s", line %s in %s\n' % (
+            _fh_str(co.co_filename), line if isinstance(line, int) and line >= 0 else "???",
+            _fh_str(co.co_name)))
+        f = f.f_back
+        depth += 1
+    f = None
+    os.write(st["fd"], "".join(parts).encode("ascii", "replace"))
+    return True
+
+
+def _name_thread(name):
     try:
+        libc = _libc()[0]
+        libc.prctl(15, name, 0, 0, 0)  # PR_SET_NAME
+    except Exception:
+        pass
+
+
+def _deadline_loop(gen, st):
+    """The watchdog thread (named ``hk-watchdog``): a dump server and the deadline keeper.
+
+    - It blocks the watchdog signal for itself and waits in ``sigtimedwait``:
+      a request sent to *its* thread id (:func:`request_dump`) makes it dump
+      the main thread from Python (:func:`dump_main_thread`).
+    - It pushes the kernel timer to ``last checkpoint + period`` while
+      checkpoints come, and when a period passes without one it takes the
+      stall dump itself (slightly early) and pushes the timer past it.
+    - It needs the GIL for both.  When it cannot get it (the main thread is
+      blocked in C holding the GIL) the kernel timer fires and faulthandler
+      dumps from C: exactly the case C dumping exists for, and a safe one,
+      since the main thread is not executing bytecode.
+    """
+    sig = st["signal"]
+    sigset = (sig,)
+    period = st["period_s"]
+    step = period / 4.0
+    lead = min(0.5, period / 10.0)
+    armed_for = st["_armed_for"]
+    due = st["_due"]
+    try:
+        try:
+            _signal.pthread_sigmask(_signal.SIG_BLOCK, sigset)
+            _name_thread(b"hk-watchdog")
+        finally:
+            st["_ready"].release()  # arm() returns once requests can find this thread
         while True:
-            wake.acquire(True, step)
+            wait = min(step, due - lead - _monotonic())
+            got = _signal.sigtimedwait(sigset, wait) if wait > 0 else None
             if _gen != gen:
                 break
-            last = _last_mono
-            if not last or last == armed_for:
+            if got is not None:
+                dump_main_thread(st)
                 continue
+            last = _last_mono
+            if last and last != armed_for:
+                armed_for = last
+                due = last + period
+                with _timer_lock:
+                    if _gen != gen:
+                        break
+                    _set_timer(st, due, absolute=True)
+                continue
+            if _monotonic() < due - lead:
+                continue
+            # a period without a checkpoint: stalled (or busy without checkpoints)
             with _timer_lock:
                 if _gen != gen:
                     break
-                _set_timer(st, last + st["period_s"], absolute=True)
-            armed_for = last
+                nxt = _timer_next(st)
+                if nxt is not None and nxt > due + lead:
+                    due = nxt  # it fired while this thread could not run: C already dumped
+                    continue
+                due += period
+                _set_timer(st, due, absolute=True)
+            dump_main_thread(st)
     except BaseException:  # never print from a daemon thread; the timer keeps firing
         pass
     finally:
@@ -375,6 +483,13 @@ def _main_tid():
             return tid
     # boot: sitecustomize runs on the main thread, before any other
     return _thread.get_native_id()
+
+
+def _main_ident():
+    th = sys.modules.get("threading")
+    if th is not None:
+        return th.main_thread().ident
+    return _thread.get_ident()  # boot: sitecustomize runs on the main thread
 
 
 def _fd_of(dest):
@@ -519,15 +634,18 @@ def arm(dest=None, period_s=None, sig=None, rank=None, world=None, local_rank=No
             if tc(_CLOCK_MONOTONIC, ctypes.byref(ev), ctypes.byref(tid)) != 0:
                 raise _oserror("timer_create")
             st["_timer"] = tid
-            _set_timer(st, period_s)  # before the first checkpoint: every period from now
+            st["_due"] = time.monotonic() + period_s
+            _set_timer(st, st["_due"], absolute=True)  # before the first checkpoint: every period from now
             st["_armed_for"] = _last_mono
-            st["_wake"] = _thread.allocate_lock()
-            st["_wake"].acquire()
+            st["_main_ident"] = _main_ident()
             st["_done"] = _thread.allocate_lock()
             st["_done"].acquire()
+            st["_ready"] = _thread.allocate_lock()
+            st["_ready"].acquire()
             _gen += 1
-            _thread.start_new_thread(_deadline_loop, (_gen, st))
+            st["_thread_ident"] = _thread.start_new_thread(_deadline_loop, (_gen, st))
             st["_thread"] = True
+            st["_ready"].acquire(True, 1.0)
         except BaseException:
             _teardown(st, unregister=True)
             raise
@@ -555,7 +673,8 @@ def _teardown(st, unregister=True, close=True, wait=True):
     if st.get("_thread"):
         st["_thread"] = False
         try:
-            st["_wake"].release()
+            if st["_done"].locked():  # still running: wake it out of sigtimedwait
+                _signal.pthread_kill(st["_thread_ident"], st["signal"])
         except Exception:
             pass
         if wait:
@@ -659,19 +778,37 @@ def _install_hooks():
     _hooks_installed = True
 
 
-def request_dump(pid, sig=DEFAULT_SIGNAL):
-    """Ask process ``pid`` for one stack dump of its main thread, now.
+SERVER_THREAD_NAME = "hk-watchdog"
 
-    Sends the watchdog signal with ``tgkill(pid, pid, sig)`` (the main thread
-    of a process has tid == pid), falling back to ``os.kill``.  The dump goes
-    to that process's watchdog log.  Raises ProcessLookupError if there is no
-    such process, PermissionError if it is not ours, ValueError for a signal
-    the watchdog does not use.
-    """
-    signum = signal_number(sig)
-    pid = int(pid)
-    if pid <= 0:
-        raise ValueError("pid must be > 0, got %d" % pid)
+
+def server_tid(pid):
+    """Kernel thread id of process ``pid``'s watchdog thread (named
+    ``hk-watchdog``, read from ``/proc/<pid>/task/*/comm``), or None when it
+    has none (not armed, an older version, or the process is gone)."""
+    d = "/proc/%d/task" % int(pid)
+    try:
+        tids = os.listdir(d)
+    except OSError:
+        return None
+    want = SERVER_THREAD_NAME.encode() + b"\n"
+    for t in tids:
+        if not t.isdigit() or t == str(pid):
+            continue
+        try:
+            fd = os.open("%s/%s/comm" % (d, t), os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            if os.read(fd, 64) == want:
+                return int(t)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return None
+
+
+def _tgkill(pid, tid, signum):
     nr = _SYS_TGKILL.get(os.uname().machine)
     if nr is not None:
         try:
@@ -680,18 +817,51 @@ def request_dump(pid, sig=DEFAULT_SIGNAL):
         except Exception:
             sc = None
         if sc is not None:
-            if sc(ctypes.c_long(nr), ctypes.c_long(pid), ctypes.c_long(pid), ctypes.c_long(signum)) == 0:
+            if sc(ctypes.c_long(nr), ctypes.c_long(pid), ctypes.c_long(tid), ctypes.c_long(signum)) == 0:
                 return
             e = ctypes.get_errno()
             import errno as _errno
 
             if e == _errno.ESRCH:
-                raise ProcessLookupError(e, "no process %d" % pid)
+                raise ProcessLookupError(e, "no process %d (thread %d)" % (pid, tid))
             if e == _errno.EPERM:
                 raise PermissionError(e, "not allowed to signal process %d" % pid)
             if e != _errno.ENOSYS:
-                raise OSError(e, "tgkill(%d): %s" % (pid, os.strerror(e)))
+                raise OSError(e, "tgkill(%d, %d): %s" % (pid, tid, os.strerror(e)))
+    if tid != pid:
+        raise OSError("cannot signal thread %d of process %d on this platform" % (tid, pid))
     os.kill(pid, signum)
+
+
+def request_dump(pid, sig=DEFAULT_SIGNAL, direct=False):
+    """Ask process ``pid`` for one stack dump of its main thread, now.
+
+    By default the request goes to the process's ``hk-watchdog`` thread
+    (``tgkill(pid, server_tid, sig)``), which writes the dump from Python
+    while holding the GIL: crash-free whatever the main thread is doing, but
+    only when that thread can get the GIL.  ``direct=True``, or a process
+    without that thread, signals the main thread itself (``tgkill(pid, pid,
+    sig)``) and faulthandler dumps from C: that works while the main thread
+    is blocked in C with the GIL held, and is the fallback for exactly that
+    case (see :func:`hpc_hangkit.watchdog.request_dumps`).  The dump goes to
+    the process's watchdog log.  Returns ``"thread"`` or ``"signal"`` (which
+    path was used).  Raises ProcessLookupError if there is no such process,
+    PermissionError if it is not ours, ValueError for a signal the watchdog
+    does not use or a bad pid.
+    """
+    signum = signal_number(sig)
+    pid = int(pid)
+    if pid <= 0:
+        raise ValueError("pid must be > 0, got %d" % pid)
+    tid = None if direct else server_tid(pid)
+    if tid is not None:
+        try:
+            _tgkill(pid, tid, signum)
+            return "thread"
+        except ProcessLookupError:
+            pass  # the thread ended between lookup and signal: use the main thread
+    _tgkill(pid, pid, signum)
+    return "signal"
 
 
 # --- arming from the environment (used by the boot sitecustomize) ---------------

@@ -8,6 +8,7 @@ unchanged seq, so it never returns a torn record.  Pure reading: no signals,
 no writes.  Files are opened with O_NOFOLLOW (this runs in root-run code).
 """
 import dataclasses
+import mmap
 import os
 import stat
 import struct
@@ -97,35 +98,61 @@ def read_heartbeat(path: str, timeout_s: float = 1.0) -> Optional[Heartbeat]:
             warnings.warn("heartbeat %s: not a regular file" % path, HeartbeatWarning, stacklevel=2)
             return None
         size = _fmt.HB_SIZE
+        if st.st_size < size:
+            warnings.warn("heartbeat %s: truncated at byte offset %d (record is %d bytes)"
+                          % (path, st.st_size, size), HeartbeatWarning, stacklevel=2)
+            return None
+        view = None
+        if st.st_uid == os.geteuid():
+            # our own user's file: read it through a shared mapping, so a
+            # seqlock round (seq, record, seq) takes ~0.2 us, shorter than a
+            # rank that checkpoints in a tight loop needs per checkpoint.
+            # (Not for other users' files: a truncation under the mapping
+            # would be a SIGBUS in this process.)
+            try:
+                view = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
+            except (OSError, ValueError):
+                view = None
         deadline = time.monotonic() + timeout_s
         tries, pause = 0, 0.00005
-        while True:
-            tries += 1
-            s1 = os.pread(fd, 8, _fmt.HB_SEQ_OFFSET)
-            buf = os.pread(fd, size, 0)
-            s2 = os.pread(fd, 8, _fmt.HB_SEQ_OFFSET)
-            if len(buf) < size or len(s1) < 8:
-                warnings.warn("heartbeat %s: truncated at byte offset %d (record is %d bytes)"
-                              % (path, len(buf), size), HeartbeatWarning, stacklevel=2)
-                return None
-            if buf[:8] != _fmt.HB_MAGIC:
-                warnings.warn("heartbeat %s: not a heartbeat record (bad magic at byte offset 0)" % path,
-                              HeartbeatWarning, stacklevel=2)
-                return None
-            version, rec_size = struct.unpack_from("<II", buf, 8)
-            if version != _fmt.HB_VERSION or rec_size != size:
-                warnings.warn("heartbeat %s: unsupported record version %d / size %d (byte offset 8)"
-                              % (path, version, rec_size), HeartbeatWarning, stacklevel=2)
-                return None
-            (q1,) = _fmt.HB_SEQ.unpack(s1)
-            (q2,) = _fmt.HB_SEQ.unpack(s2)
-            (qb,) = _fmt.HB_SEQ.unpack_from(buf, _fmt.HB_SEQ_OFFSET)
-            if q1 == q2 == qb and q1 % 2 == 0:
-                return _decode(buf, path)
-            if time.monotonic() >= deadline:
-                break
-            time.sleep(pause)
-            pause = min(pause * 2, 0.005)
+        seq_at = _fmt.HB_SEQ_OFFSET
+        try:
+            while True:
+                tries += 1
+                if view is not None:
+                    s1 = view[seq_at:seq_at + 8]
+                    buf = view[:size]
+                    s2 = view[seq_at:seq_at + 8]
+                else:
+                    s1 = os.pread(fd, 8, seq_at)
+                    buf = os.pread(fd, size, 0)
+                    s2 = os.pread(fd, 8, seq_at)
+                if len(buf) < size or len(s1) < 8:
+                    warnings.warn("heartbeat %s: truncated at byte offset %d (record is %d bytes)"
+                                  % (path, len(buf), size), HeartbeatWarning, stacklevel=2)
+                    return None
+                if buf[:8] != _fmt.HB_MAGIC:
+                    warnings.warn("heartbeat %s: not a heartbeat record (bad magic at byte offset 0)" % path,
+                                  HeartbeatWarning, stacklevel=2)
+                    return None
+                version, rec_size = struct.unpack_from("<II", buf, 8)
+                if version != _fmt.HB_VERSION or rec_size != size:
+                    warnings.warn("heartbeat %s: unsupported record version %d / size %d (byte offset 8)"
+                                  % (path, version, rec_size), HeartbeatWarning, stacklevel=2)
+                    return None
+                (q1,) = _fmt.HB_SEQ.unpack(s1)
+                (q2,) = _fmt.HB_SEQ.unpack(s2)
+                (qb,) = _fmt.HB_SEQ.unpack_from(buf, seq_at)
+                if q1 == q2 == qb and q1 % 2 == 0:
+                    return _decode(buf, path)
+                if time.monotonic() >= deadline:
+                    break
+                if tries > 1000:  # first a tight spin (the writer is sub-microsecond), then back off
+                    time.sleep(pause)
+                    pause = min(pause * 2, 0.005)
+        finally:
+            if view is not None:
+                view.close()
         warnings.warn("heartbeat %s: record torn (sequence odd or changing at byte offset %d) after %d reads"
                       % (path, _fmt.HB_SEQ_OFFSET, tries), HeartbeatWarning, stacklevel=2)
         return None
