@@ -64,8 +64,9 @@ __all__ = [
     "main",
 ]
 
-DEFAULT_BUDGET_S = 20.0
-"""Seconds the epilog may spend in total (setting ``epilog_budget_s``); keep it below EpilogTimeout."""
+DEFAULT_BUDGET_S = 60.0
+"""Seconds the epilog may spend in total when the site config cannot be read (the
+default of the setting ``epilog_budget_s``); keep it below EpilogTimeout."""
 
 MANIFEST_NAME = "collect-manifest.json"
 MANIFEST_SCHEMA = "hpc-hangkit/collect-manifest/1"
@@ -1025,7 +1026,7 @@ def epilog(env=None, *, budget_s=None, hard_timeout_s=None, log=None):
     :func:`record_array_alias`), ``SLURM_JOB_RESTART_COUNT`` (attempt), ``SLURM_JOB_UID``, ``SLURM_JOB_GID``,
     ``SLURM_JOB_USER``; settings ``scratch_dir``, ``storage_url`` and
     ``epilog_budget_s`` (site config.toml / ``HANGKIT_*``; default budget
-    20 s, capped at ``hard_timeout_s - 3``). Never raises, never calls Slurm,
+    60 s, capped at ``hard_timeout_s - 3``). Never raises, never calls Slurm,
     returns 0 always; the outcome is logged as one line through ``log``
     (default: stderr) and, on failure, left in the scratch manifest.
     Returns the process exit status (0).

@@ -73,6 +73,16 @@ def _positive_seconds(raw, text):
     return v
 
 
+def _seconds_between(lo, hi):
+    def parse(raw, text):
+        v = _number(raw, text)
+        if not lo <= v <= hi:
+            raise ValueError("must be between %g and %g seconds" % (lo, hi))
+        return v
+
+    return parse
+
+
 def _count(minimum):
     def parse(raw, text):
         v = _number(raw, text, integer=True)
@@ -202,6 +212,8 @@ SETTINGS = (
     _Spec("scratch_dir", layout.DEFAULT_SCRATCH_DIR, _abs_path, "node-local scratch root (absolute path)"),
     _Spec("storage_url", None, _optional_string(_storage_url), "fsspec URL or absolute path where dumps are collected"),
     _Spec("max_hang_requeues", 1, _count(0), "hang requeues allowed per job in fail mode"),
+    _Spec("epilog_budget_s", 60.0, _seconds_between(5, 3600),
+          "seconds the Slurm epilog (the collector) may take in all; keep it below slurm.conf EpilogTimeout"),
     _Spec("flight_recorder_buffer", 2000, _count(0), "PyTorch Flight Recorder entries per rank (0 = off)"),
     _Spec("ncclras_path", "ncclras", _command, "ncclras command", ("ncclras", "path")),
     _Spec("ncclras_address", None, _optional_string(_host_port), "NCCL RAS host:port (unset: NCCL's default)",
@@ -251,6 +263,7 @@ class Settings:
     scratch_dir: str
     storage_url: Optional[str]
     max_hang_requeues: int
+    epilog_budget_s: float
     flight_recorder_buffer: int
     ncclras_path: str
     ncclras_address: Optional[str]

@@ -76,18 +76,28 @@ def test_epilog_bad_config_or_env_exits_0_and_keeps_files(area):
     assert os.path.exists(os.path.join(d, "watchdog/rank_0.pid9.log"))
 
 
+def hanging_collector_hook(tmp_path, record=None):
+    """A PYTHONPATH directory whose sitecustomize hangs the collector's interpreter
+    (``python -m hpc_hangkit.collect``) before any hpc-hangkit code runs; with
+    ``record``, it first writes "<its process group> <its argv>" there."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    rec = ("    open(%r, 'w').write('%%d ' %% os.getpgid(0)"
+           " + ' '.join(open('/proc/self/cmdline').read().split('\\0')))\n" % str(record)) if record else ""
+    (hook / "sitecustomize.py").write_text(
+        "import os, time\n"
+        "if b'hpc_hangkit.collect' in open('/proc/self/cmdline', 'rb').read():\n"
+        + rec + "    time.sleep(600)\n")
+    return hook
+
+
 @pytest.mark.timeout(60)
 def test_epilog_hard_timeout_when_python_itself_hangs(area, tmp_path):
     """The collector's interpreter hangs before any of our code runs (a stuck
     import): the supervisor's hard timeout still ends the epilog with 0."""
     uid, gid, user = job_user()
     d = area.make_attempt("304", 0, uid, gid, {"watchdog/rank_0.pid9.log": b"x\n"})
-    hook = tmp_path / "hook"
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(
-        "import time\n"
-        "if b'hpc_hangkit.collect' in open('/proc/self/cmdline', 'rb').read():\n"
-        "    time.sleep(600)\n")
+    hook = hanging_collector_hook(tmp_path)
     cfg = write_site_toml(area, "file://" + area.storage)
     env = epilog_env(304, uid, gid, user, extra={
         "HPC_HANGKIT_CONFIG": cfg, "HANGKIT_EPILOG_HARD_TIMEOUT_S": "5",
@@ -96,6 +106,42 @@ def test_epilog_hard_timeout_when_python_itself_hangs(area, tmp_path):
     assert p.returncode == 0
     print("hung interpreter: epilog took %.2f s (hard 5 s)" % took)
     assert took < 9, "hard timeout 5 s (+2 s kill grace) overrun: %.1f s" % took
+    assert os.path.exists(os.path.join(d, "watchdog/rank_0.pid9.log"))
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("value, bound", [("6", 6), ("2", 60), ('"soon"', 60)])
+def test_epilog_bound_is_the_site_epilog_budget_s(area, tmp_path, value, bound):
+    """slurm/epilog takes its time bound from the site setting epilog_budget_s (no
+    hard-coded budget); an invalid value is named in the log and the default
+    (60 s) is used. The collector's interpreter hangs (a stuck import), so only
+    the bound ends the epilog."""
+    uid, gid, user = job_user()
+    d = area.make_attempt("306", 0, uid, gid, {"watchdog/rank_0.pid9.log": b"x\n"})
+    hook = hanging_collector_hook(tmp_path, record=tmp_path / "argv")
+    cfg = write_site_toml(area, "file://" + area.storage, "epilog_budget_s = %s\n" % value)
+    env = epilog_env(306, uid, gid, user, extra={"HPC_HANGKIT_CONFIG": cfg, "PYTHONPATH": str(hook)})
+    env.pop("HANGKIT_EPILOG_HARD_TIMEOUT_S", None)
+    if bound == 6:
+        p, took = run_epilog(env, timeout=30)
+        assert p.returncode == 0
+        assert took < bound + 3, "epilog_budget_s %d s (+2 s kill grace) overrun: %.1f s" % (bound, took)
+    else:
+        # the default bound would take 60 s to show: check what the collector was given
+        p = subprocess.Popen([sys.executable, EPILOG], env=env, stdin=subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd="/",
+                             start_new_session=True)
+        try:
+            t0 = time.monotonic()
+            while not (tmp_path / "argv").exists() and time.monotonic() - t0 < 30:
+                time.sleep(0.2)
+        finally:
+            os.killpg(p.pid, signal.SIGKILL)
+            if (tmp_path / "argv").exists():       # the collector's own process group
+                os.killpg(int((tmp_path / "argv").read_text().split()[0]), signal.SIGKILL)
+            err = p.communicate(timeout=20)[1]
+        assert b"epilog_budget_s" in err and b"using 60 s" in err, err
+    assert "--hard-timeout-s %d" % bound in (tmp_path / "argv").read_text()
     assert os.path.exists(os.path.join(d, "watchdog/rank_0.pid9.log"))
 
 

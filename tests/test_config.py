@@ -22,6 +22,7 @@ CASES = [
     ("storage_url", None, 'storage_url = "s3://bucket/hk"', "s3://bucket/hk", "/shared/hk", "/shared/hk",
      "nosuchproto://x", "unknown fsspec protocol 'nosuchproto'"),
     ("max_hang_requeues", 1, "max_hang_requeues = 3", 3, "0", 0, "1.5", "expected an integer"),
+    ("epilog_budget_s", 60.0, "epilog_budget_s = 25", 25.0, "40", 40.0, "2", "must be between 5 and 3600 seconds"),
     ("flight_recorder_buffer", 2000, "flight_recorder_buffer = 0", 0, "5000", 5000, "-3", "must be >= 0"),
     ("ncclras_path", "ncclras", '[ncclras]\npath = "/opt/nccl/bin/ncclras"', "/opt/nccl/bin/ncclras",
      "/usr/bin/ncclras", "/usr/bin/ncclras", "  ", "must not be empty"),

@@ -428,6 +428,37 @@ def test_array_task_ids_resolve_to_their_own_job(jobs):
     subprocess.run(["scancel", j], timeout=30)
 
 
+@pytest.mark.timeout(180)
+def test_finished_array_task_is_collected_by_its_array_id(jobs):
+    """The monitor stores ``<storage>/<A>_<T>.jobid``; after Slurm forgot the task
+    (here: no Slurm command on collect's PATH), ``collect A_T`` still finds it."""
+    text = """#!/bin/bash
+#SBATCH -N1 -t 1 -o %s/out-%%A_%%a.txt
+srun -n1 %s -c 'import time; time.sleep(4); print("task ran")'
+""" % (WORK, sys.executable)
+    j = jobs.submit("arr-alias", text, "--array=1-2", "--hang-detect=observe")
+    ids = {t: wait_for(lambda t=t: (lambda i: i if i.state in TERMINAL else None)(info("%s_%d" % (j, t))),
+                       120, "array task %s_%d to end" % (j, t)) for t in (1, 2)}
+    assert all(i.state == "COMPLETED" for i in ids.values()), {t: i.state for t, i in ids.items()}
+    for t, i in ids.items():
+        alias = os.path.join(STORAGE, "%s_%d.jobid" % (j, t))
+        wait_for(lambda: os.path.exists(alias), 30, "the alias %s" % alias)
+        assert open(alias).read().strip() == i.job_id
+        wait_for(lambda: os.path.isdir(os.path.join(STORAGE, i.job_id, "attempt_0")), 60,
+                 "the epilog's copy of %s" % i.job_id)
+        no_slurm = dict(os.environ, HPC_HANGKIT_CONFIG=SITE_TOML, PATH=os.path.dirname(sys.executable))
+        p = subprocess.run([sys.executable, "-m", "hpc_hangkit", "collect", "%s_%d" % (j, t), "--json"],
+                           env=no_slurm, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+        assert p.returncode == 0, p.stderr.decode()[-2000:]
+        assert "is SLURM_JOB_ID %s" % i.job_id in p.stderr.decode() + p.stdout.decode(), \
+            p.stderr.decode()[-2000:]
+    bad = subprocess.run([sys.executable, "-m", "hpc_hangkit", "collect", "%s_9" % j],
+                         env=dict(os.environ, HPC_HANGKIT_CONFIG=SITE_TOML,
+                                  PATH=os.path.dirname(sys.executable)),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+    assert bad.returncode != 0 and b"alias" in bad.stderr
+
+
 @pytest.mark.timeout(120)
 def test_misspelled_setting_is_reported_and_the_job_still_runs(jobs):
     text = """#!/bin/bash
