@@ -401,10 +401,11 @@ def dump_main_thread(st=None):
     return True
 
 
-def _name_thread(name):
+def _name_thread(ident, name):
+    """Set thread ``ident``'s kernel name (what /proc/<pid>/task/<tid>/comm shows)."""
     try:
-        libc = _libc()[0]
-        libc.prctl(15, name, 0, 0, 0)  # PR_SET_NAME
+        libc, ctypes = _libc()[0], _libc()[5]
+        libc.pthread_setname_np(ctypes.c_ulong(ident), name.encode()[:15])
     except Exception:
         pass
 
@@ -431,11 +432,8 @@ def _deadline_loop(gen, st):
     armed_for = st["_armed_for"]
     due = st["_due"]
     try:
-        try:
-            _signal.pthread_sigmask(_signal.SIG_BLOCK, sigset)
-            _name_thread(b"hk-watchdog")
-        finally:
-            st["_ready"].release()  # arm() returns once requests can find this thread
+        # (the signal is already blocked here: inherited from arm(); the name
+        # was set by arm() too, so a request can find this thread at once)
         while True:
             wait = min(step, due - lead - _monotonic())
             got = _signal.sigtimedwait(sigset, wait) if wait > 0 else None
@@ -640,12 +638,17 @@ def arm(dest=None, period_s=None, sig=None, rank=None, world=None, local_rank=No
             st["_main_ident"] = _main_ident()
             st["_done"] = _thread.allocate_lock()
             st["_done"].acquire()
-            st["_ready"] = _thread.allocate_lock()
-            st["_ready"].acquire()
             _gen += 1
-            st["_thread_ident"] = _thread.start_new_thread(_deadline_loop, (_gen, st))
+            # the thread starts with the signal blocked (masks are inherited), so
+            # it never runs faulthandler itself; it waits for it in sigtimedwait
+            old_mask = _signal.pthread_sigmask(_signal.SIG_BLOCK, (signum,))
+            try:
+                st["_thread_ident"] = _thread.start_new_thread(_deadline_loop, (_gen, st))
+            finally:
+                if signum not in old_mask:
+                    _signal.pthread_sigmask(_signal.SIG_UNBLOCK, (signum,))
             st["_thread"] = True
-            st["_ready"].acquire(True, 1.0)
+            _name_thread(st["_thread_ident"], SERVER_THREAD_NAME)
         except BaseException:
             _teardown(st, unregister=True)
             raise
