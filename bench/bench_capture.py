@@ -18,6 +18,7 @@ The job's process group is killed at the end. Exit status 1 if any py-spy dump f
 """
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import sys
@@ -32,6 +33,11 @@ import _jobs  # noqa: E402
 import _util  # noqa: E402
 
 TARGET_S = 2.0
+
+
+def _children_cpu():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 def _failed(paths):
@@ -69,7 +75,7 @@ def main(argv=None):
         job = _jobs.start_hung_job(scratch, a.ranks, s=s, log_path=os.path.join(base, "job.log"))
         ranks = _jobs.wait_hung(scratch, a.ranks, job, timeout_s=240)
         print("job hung: ranks %s" % sorted(ranks))
-        ours, dumps_s, anchor = [], [], []
+        ours, dumps_s, anchor, pyspy_cpu = [], [], [], []
         for i in range(a.reps):
             ctx = cap.CaptureContext(s, scratch, os.path.join(base, "ours%d" % i), ranks)
             t0 = time.perf_counter()
@@ -81,9 +87,11 @@ def main(argv=None):
             dumps_s.append(t1 - t0)
             bad += _failed(files)
             actx = cap.CaptureContext(s, scratch, os.path.join(base, "anchor%d" % i), ranks)
+            c0 = _children_cpu()
             t0 = time.perf_counter()
             files = [cap.pyspy_rank(actx, rp) for rp in ranks.values()]
             anchor.append(time.perf_counter() - t0)
+            pyspy_cpu.append((_children_cpu() - c0) / len(ranks))
             bad += _failed(files)
             print("rep %d: ours %.2f s (on-demand dumps %.2f s + py-spy in parallel %.2f s)   anchor (sequential "
                   "py-spy) %.2f s   problems: %s" % (i + 1, ours[-1], dumps_s[-1], ours[-1] - dumps_s[-1], anchor[-1],
@@ -93,6 +101,9 @@ def main(argv=None):
         print("ours:   median %.2f s, max %.2f s (dumps + parallel py-spy --native of %d ranks)" % (med, max(ours), a.ranks))
         print("anchor: median %.2f s, max %.2f s (sequential py-spy --native)" % (amed, max(anchor)))
         print("ratio anchor/ours: %.1fx" % (amed / max(med, 1e-9)))
+        cpu1 = statistics.median(pyspy_cpu)
+        print("one py-spy dump --native costs %.2f s CPU (median); %d of them on %d cores need >= %.2f s wall"
+              % (cpu1, a.ranks, os.cpu_count() or 1, cpu1 * a.ranks / (os.cpu_count() or 1)))
         print("full capture() with hooks (Flight Recorder, nvidia-smi, ncclras) and the copy: %.2f s, %d files, "
               "problems: %s" % (full.seconds, len(full.files), full.problems or "none"))
         print("target <= %.1f s wall: %s (median %.2f s, max %.2f s)"

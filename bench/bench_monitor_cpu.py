@@ -82,16 +82,22 @@ def child(kind, scratch, hd_dir, polls, interval):
             for pid in pids:
                 request_dump(pid, s.watchdog_signal)
     kinds = {}
+    marks = []
     nxt = time.monotonic()
     for i in range(WARMUP + polls):
         if i == WARMUP:
             c0, k0, w0 = _cpu(resource.RUSAGE_SELF), _cpu(resource.RUSAGE_CHILDREN), time.monotonic()
+        if i >= WARMUP:
+            marks.append(_cpu(resource.RUSAGE_SELF))
         evs = poll()
         for ev in evs or ():
             kinds[ev.kind] = kinds.get(ev.kind, 0) + 1
         nxt += interval
         time.sleep(max(0.0, nxt - time.monotonic()))
-    return {"cpu_s": _cpu(resource.RUSAGE_SELF) - c0, "children_cpu_s": _cpu(resource.RUSAGE_CHILDREN) - k0,
+    marks.append(_cpu(resource.RUSAGE_SELF))
+    q = max(1, polls // 4)
+    return {"first_quarter_ms": (marks[q] - marks[0]) / q * 1e3, "last_quarter_ms": (marks[-1] - marks[-1 - q]) / q * 1e3,
+            "cpu_s": _cpu(resource.RUSAGE_SELF) - c0, "children_cpu_s": _cpu(resource.RUSAGE_CHILDREN) - k0,
             "wall_s": time.monotonic() - w0, "polls": polls, "events": kinds}
 
 
@@ -108,6 +114,8 @@ def report(label, r):
     per = r["cpu_s"] / r["polls"]
     pct = per / DEFAULT_POLL_S * 100
     kper = r["children_cpu_s"] / r["polls"]
+    print("%-7s per poll: first quarter of the polls %.2f ms, last quarter %.2f ms (growth with the logs)"
+          % ("", r["first_quarter_ms"], r["last_quarter_ms"]))
     print("%-7s %d polls in %.1f s: monitor CPU %.3f s = %.2f ms/poll -> %.4f %% of a core at %g s polls"
           "   (+ ncclras children %.2f ms/poll -> %.4f %%)"
           % (label, r["polls"], r["wall_s"], r["cpu_s"], per * 1e3, pct, DEFAULT_POLL_S, kper * 1e3,
