@@ -114,12 +114,12 @@ def report(label, r):
     per = r["cpu_s"] / r["polls"]
     pct = per / DEFAULT_POLL_S * 100
     kper = r["children_cpu_s"] / r["polls"]
-    print("%-7s per poll: first quarter of the polls %.2f ms, last quarter %.2f ms (growth with the logs)"
-          % ("", r["first_quarter_ms"], r["last_quarter_ms"]))
     print("%-7s %d polls in %.1f s: monitor CPU %.3f s = %.2f ms/poll -> %.4f %% of a core at %g s polls"
           "   (+ ncclras children %.2f ms/poll -> %.4f %%)"
           % (label, r["polls"], r["wall_s"], r["cpu_s"], per * 1e3, pct, DEFAULT_POLL_S, kper * 1e3,
              kper / DEFAULT_POLL_S * 100))
+    print("%-7s per poll: first quarter of the polls %.2f ms, last quarter %.2f ms (growth with the logs)"
+          % ("", r["first_quarter_ms"], r["last_quarter_ms"]))
     return per, pct
 
 
