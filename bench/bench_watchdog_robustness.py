@@ -21,11 +21,14 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 import _util  # noqa: E402
 
-LOOP = ("import sys\n"
-        "def f(n):\n    return n if n < 1 else f(n - 1)\n"
-        "def g():\n    for i in range(200): f(i % 30)\n"
-        "import time\nend = time.time() + float(sys.argv[1])\n"
-        "while time.time() < end:\n    g()\n")
+# the worst case found here: deep call/return (fib) plus tiny methods and a generator,
+# the same loop as tests/test_watchdog.py::test_two_thousand_on_demand_dumps_of_a_call_heavy_loop
+LOOP = ("import sys, time\n"
+        "def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\n"
+        "class Box:\n    def __init__(self, v):\n        self.v = v\n    def get(self):\n        return self.v\n"
+        "end = time.time() + float(sys.argv[1])\n"
+        "total = 0\n"
+        "while time.time() < end:\n    total += fib(14) + sum(Box(i).get() for i in range(50))\n")
 ANCHOR = ("import faulthandler, sys, os\nfaulthandler.dump_traceback_later(float(sys.argv[2]), repeat=True, "
           "file=open(os.devnull, 'w'))\n" + LOOP)
 
