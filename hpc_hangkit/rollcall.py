@@ -279,6 +279,11 @@ def _chain_rank(frames_json: list) -> tuple:
             len(frames_json), json.dumps(frames_json))
 
 
+def _better_frames(a: list, b: list) -> bool:
+    """True if frames ``a`` rank above ``b`` by :func:`_chain_rank` (equal lists: False, cheaply)."""
+    return a != b and _chain_rank(a) > _chain_rank(b)
+
+
 def _format_frames(chain: Sequence[Frame]) -> List[str]:
     return ['  File "%s", line %d in %s' % (f.file, f.line, f.function) if not f.native
             else "  %s (%s)" % (f.function, f.file) for f in chain]
@@ -439,15 +444,21 @@ def _merge_chain(chains: dict, cid: str, rec: dict) -> None:
         return
     if old is rec:
         return
-    old = chains[cid] = dict(old)  # records may be shared (memo): copy before changing
-    if _chain_rank(rec.get("frames") or []) > _chain_rank(old["frames"]):
-        old["frames"] = rec.get("frames") or []
+    frames = old["frames"]
+    rf = rec.get("frames") or []
+    if _better_frames(rf, frames):
+        frames = rf
+    coll = old.get("collective")
     c = rec.get("collective")
-    if c is not None and (old.get("collective") is None or c < old["collective"]):
-        old["collective"] = c
+    if c is not None and (coll is None or c < coll):
+        coll = c
+    native = old.get("native")
     n = rec.get("native")
-    if n and (not old.get("native") or (len(n), json.dumps(n)) > (len(old["native"]), json.dumps(old["native"]))):
-        old["native"] = n
+    if n and n != native and (not native or (len(n), json.dumps(n)) > (len(native), json.dumps(native))):
+        native = n
+    if frames is not old["frames"] or coll != old.get("collective") or native is not old.get("native"):
+        # records may be shared (memo): replace, never change in place
+        chains[cid] = {"frames": frames, "collective": coll, "native": native}
 
 
 # --- reading a directory ----------------------------------------------------------
