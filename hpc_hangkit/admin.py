@@ -326,7 +326,10 @@ def check(root: str = "/", etc_dir: str = "/etc/hpc-hangkit", slurm_etc: str = "
                                  "hpc-hangkit admin install"))
             else:
                 F.append(Finding("OK", "%s=%s" % (name, v)))
-        if "alloc" not in conf.get("prologflags", "").lower().split(","):
+        # Contain, RunInJob (24.11+), X11, NoHold and ForceRequeueOnFail imply Alloc
+        # (Slurm's read_config.c prolog_str2flags)
+        if not {"alloc", "contain", "runinjob", "x11", "nohold", "forcerequeueonfail"} & set(
+                f.strip() for f in conf.get("prologflags", "").lower().split(",")):
             F.append(Finding("ERROR", "PrologFlags lacks Alloc: other nodes get their scratch only at their "
                              "first step", "add PrologFlags=Alloc"))
         if conf.get("jobacctgathertype", "") != "jobacct_gather/linux":

@@ -12,6 +12,7 @@ exists from 23.02), ``squeue --json`` where it is wanted (22.05 gives
 Not used by the prolog and epilog (they must never call Slurm).
 """
 import json
+import math
 import os
 import re
 import shutil
@@ -19,28 +20,15 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence
 
-#: ``123`` or an array task ``123_4``
-JOB_ID_RE = re.compile(r"^[0-9]{1,10}(_[0-9]{1,10})?\Z")
-#: a node name as Slurm prints it (no list syntax)
-NODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
+from hpc_hangkit.layout import HOST_RE as NODE_RE  # a node name as Slurm prints it (no list syntax)
+from hpc_hangkit.layout import JOB_ID_RE  # noqa: F401  ``123`` or an array task ``123_4``
+from hpc_hangkit.layout import validate_job_id  # the one job-id check (public here too)
+
 DEFAULT_TIMEOUT_S = 30.0
 
 
 class SlurmError(RuntimeError):
     """A Slurm command is missing, timed out, or failed; the message says which and why."""
-
-
-def validate_job_id(job_id) -> str:
-    """Return ``job_id`` as a string if it is ``<digits>`` or ``<digits>_<digits>``.
-
-    Raises ValueError with the accepted forms for anything else (``123.0``,
-    ``123_[1-3]``, ``abc``, ``''``, ``-1``...).
-    """
-    s = str(job_id).strip()
-    if not JOB_ID_RE.match(s):
-        raise ValueError("invalid Slurm job id %r: expected a number such as 1234, "
-                         "or an array task such as 1234_5" % (job_id,))
-    return s
 
 
 def attempt_from_env(env: Optional[Mapping[str, str]] = None) -> int:
@@ -170,16 +158,37 @@ def job_state(job_id) -> Optional[str]:
     p = _run(["squeue", "--json", "-j", jid], check=False)
     if p.returncode != 0:
         return None
+    return parse_squeue_state(p.stdout.decode("utf-8", "replace"), jid)
+
+
+def parse_squeue_state(text: str, job_id: str) -> Optional[str]:
+    """The state of ``job_id`` (``123`` or ``123_4``) in ``squeue --json`` output, or None
+    if it is not listed. Raises SlurmError if the text is not JSON. Pure."""
+    jid = validate_job_id(job_id)
     try:
-        jobs = json.loads(p.stdout.decode("utf-8", "replace")).get("jobs", [])
-    except ValueError:
+        jobs = json.loads(text).get("jobs", [])
+    except (ValueError, AttributeError):
         raise SlurmError("squeue --json gave output that is not JSON")
     for j in jobs:
+        # 22.05's squeue --json ignores -j and lists every job; 24.11 gives numbers as
+        # {"set", "infinite", "number"} objects
+        ids = {str(_json_number(j.get("job_id"))),
+               "%s_%s" % (_json_number(j.get("array_job_id")), _json_number(j.get("array_task_id")))}
+        if jid not in ids:
+            continue
         st = j.get("job_state")
         if isinstance(st, list):
             st = st[0] if st else None
         return st
     return None
+
+
+def _json_number(v):
+    """A number from Slurm JSON: a plain int (22.05) or ``{"set", "infinite", "number"}``
+    (23.02+); None when unset."""
+    if isinstance(v, dict):
+        return v.get("number") if v.get("set", True) and not v.get("infinite") else None
+    return v
 
 
 @dataclass(frozen=True)
@@ -246,13 +255,13 @@ def parse_sstat(text: str) -> List[StepStat]:
             nt = int(f[1] or 0)
             cpu = parse_duration(f[2])
             rd, wr = parse_size(f[3]), parse_size(f[4])
-        except ValueError:
+            n = max(nt, 1)
+            vals = (cpu * n, rd * n, wr * n)
+        except (ValueError, OverflowError):  # OverflowError: a 300-digit field is no counter either
             continue
-        if cpu > 10 * 365 * 86400:      # jobacct_gather/none garbage
+        if cpu > 10 * 365 * 86400 or not all(math.isfinite(v) for v in vals):  # jobacct_gather/none garbage
             continue
-        n = max(nt, 1)
-        out.append(StepStat(step=f[0], ntasks=nt, cpu_s=cpu * n,
-                            read_bytes=rd * n, write_bytes=wr * n))
+        out.append(StepStat(step=f[0], ntasks=nt, cpu_s=vals[0], read_bytes=vals[1], write_bytes=vals[2]))
     return out
 
 
@@ -289,6 +298,19 @@ def cancel(job_id) -> None:
     _run(["scancel", validate_job_id(job_id)])
 
 
+#: input variables of srun (22.05 and 24.11, src/srun/opt.c) that a batch-step
+#: environment may hold and that would reshape a one-task-per-node helper step
+#: (task counts, per-task CPUs/GPUs/TRES, binding, --exact/--exclusive); 24.11's
+#: sbatch also exports SLURM_TRES_PER_TASK, which its srun reads
+STEP_SHAPE_ENV = frozenset((
+    "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_NNODES", "SLURM_JOB_NUM_NODES", "SLURM_NTASKS_PER_NODE",
+    "SLURM_NTASKS_PER_CORE", "SLURM_NTASKS_PER_SOCKET", "SLURM_NTASKS_PER_GPU", "SLURM_NTASKS_PER_TRES",
+    "SLURM_CPUS_PER_TASK", "SLURM_CPUS_PER_GPU", "SLURM_TRES_PER_TASK", "SLURM_GPUS_PER_TASK",
+    "SLURM_MEM_PER_CPU", "SLURM_MEM_PER_NODE", "SLURM_MEM_PER_GPU", "SLURM_DISTRIBUTION",
+    "SLURM_CPU_BIND", "SLURM_MEM_BIND", "SLURM_GPU_BIND", "SLURM_TRES_BIND", "SLURM_EXACT",
+    "SLURM_EXCLUSIVE", "SLURM_OVERCOMMIT", "SLURM_SPREAD_JOB", "SLURM_USE_MIN_NODES"))
+
+
 def overlap_prefix(job_id, nodes: Sequence[str]) -> List[str]:
     """The argv that runs a command once on each of ``nodes`` inside the job's
     allocation, next to its running steps: ``srun --overlap --jobid J -w n1,n2 -N k
@@ -320,8 +342,6 @@ def srun_overlap(job_id, nodes: Sequence[str], argv: Sequence[str],
     e = dict(os.environ if env is None else env)
     # our batch-step environment must not shape the probe step
     for k in list(e):
-        if k in ("SLURM_NTASKS", "SLURM_NPROCS", "SLURM_NNODES", "SLURM_NTASKS_PER_NODE",
-                 "SLURM_CPUS_PER_TASK", "SLURM_MEM_PER_CPU", "SLURM_MEM_PER_NODE",
-                 "SLURM_DISTRIBUTION", "SLURM_JOB_NUM_NODES"):
+        if k in STEP_SHAPE_ENV:
             del e[k]
     return _run(cmd, timeout=timeout, check=False, env=e)

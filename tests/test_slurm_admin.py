@@ -82,7 +82,9 @@ def test_check_finds_each_breakage_and_says_how_to_fix(installed):
     text = text.replace('# storage_url = "file:///shared/hangkit/{user}"', 'storage_url = "file:///tmp/x"')
     open(cfg, "w").write(text)
     sc = os.path.join(root, "etc", "slurm", "slurm.conf")
-    open(sc, "w").write(open(sc).read().replace("PrologFlags=Alloc", "PrologFlags=Contain")
+    text = open(sc).read()          # read before open(..., "w") empties the file
+    assert "PrologFlags=Alloc" in text and "Epilog=/etc/hpc-hangkit/epilog" in text
+    open(sc, "w").write(text.replace("PrologFlags=Alloc", "PrologFlags=Serial")
                         .replace("Epilog=/etc/hpc-hangkit/epilog", ""))
     errs = [f.what + " | " + f.fix for f in levels(admin.check(root=root), "ERROR")]
     assert any("built for Slurm 21.08.1" in e and "admin install" in e for e in errs), errs
@@ -92,6 +94,17 @@ def test_check_finds_each_breakage_and_says_how_to_fix(installed):
     os.unlink(so)
     p = cli("admin", "check", "--root", root)
     assert p.returncode == 1 and b"does not exist" in p.stdout
+
+
+@pytest.mark.parametrize("flags", ["Contain", "RunInJob,Serial", "alloc"])
+def test_check_accepts_prolog_flags_that_imply_alloc(installed, flags):
+    """Contain and RunInJob (Slurm 24.11) imply Alloc in Slurm's own parser."""
+    root, _ = installed
+    sc = os.path.join(root, "etc", "slurm", "slurm.conf")
+    text = open(sc).read()
+    open(sc, "w").write(text.replace("PrologFlags=Alloc", "PrologFlags=" + flags))
+    assert "PrologFlags=" + flags in open(sc).read()
+    assert not any("PrologFlags" in f.what for f in levels(admin.check(root=root), "ERROR"))
 
 
 @pytest.mark.timeout(120)

@@ -399,3 +399,31 @@ def test_ras_runs_through_the_prefix_until_this_node_holds_a_rank(tmp_path, monk
     assert second and launched.read_text() == "remote\n"           # a rank here: local
     assert src.inner.client.prefix == [] and src.name == "nccl_ras"
     assert list((hd / "nccl_ras").glob("ncclras_*.json"))           # out_dir got the history
+
+
+# --------------------------------------------------------------------------- squeue --json
+
+def test_squeue_json_state_picks_the_asked_job_22_05():
+    # real `squeue --json -j 182` on the testbed (22.05.8): the filter is ignored and
+    # every job is listed, finished ones first
+    text = open(os.path.join(REPO, "tests", "fixtures", "slurm", "squeue_json_22.05.8.json")).read()
+    assert slurm.parse_squeue_state(text, "182") == "RUNNING"
+    assert slurm.parse_squeue_state(text, "179") == "COMPLETED"
+    assert slurm.parse_squeue_state(text, "999") is None
+
+
+def test_squeue_json_state_24_11_shape():
+    # data_parser v0.0.42 (24.11): job_state a list, numbers as {"set", "infinite", "number"}
+    doc = {"jobs": [
+        {"job_id": 57, "job_state": ["COMPLETED"],
+         "array_job_id": {"set": True, "infinite": False, "number": 0},
+         "array_task_id": {"set": False, "infinite": False, "number": 0}},
+        {"job_id": 58, "job_state": ["RUNNING", "REQUEUED"],
+         "array_job_id": {"set": True, "infinite": False, "number": 56},
+         "array_task_id": {"set": True, "infinite": False, "number": 2}}]}
+    text = json.dumps(doc)
+    assert slurm.parse_squeue_state(text, "58") == "RUNNING"
+    assert slurm.parse_squeue_state(text, "56_2") == "RUNNING"
+    assert slurm.parse_squeue_state(text, "57") == "COMPLETED"
+    with pytest.raises(slurm.SlurmError):
+        slurm.parse_squeue_state("[]", "57")
