@@ -32,7 +32,6 @@ the ``dump_error`` file. The Flight Recorder buffer itself is armed by torch
 from ``TORCH_FR_BUFFER_SIZE`` (set by ``Settings.to_env``) when the process
 group is created; arming later records nothing.
 """
-import json
 import os
 import sys
 import threading
@@ -81,6 +80,8 @@ def dump_now(out_dir, rank=None):
     Returns the JSON path. Never raises: a failure writes ``{"dump_error": ...}``
     to ``rank_<r>.json``. ``rank`` defaults to ``torch.distributed.get_rank()``.
     """
+    import json  # here, not at import: this module loads at interpreter start in every rank
+
     if rank is None:
         rank = _current_rank()
     name = "rank_%s" % ("x" if rank is None else rank)
