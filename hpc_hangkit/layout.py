@@ -20,8 +20,53 @@ Layouts (see docs/internals.md)::
         nccl_ras/ncclras_report.txt  nccl_ras/ncclras_<timestamp>.json
         nvidia_smi/node_<host>.log  flight_recorder/rank_<i>.json
         events.jsonl  report.txt  report.json
+
+Names built from ids (job id, rank, pid, host, timestamp) are validated here, before they
+reach a path: a job id, host or timestamp holding ``/``, ``..``, NUL, whitespace or shell
+syntax raises ValueError (:func:`validate_job_id`, :func:`validate_host`).
 """
 import re
+
+#: ``123`` or an array task ``123_4`` (Slurm job ids; the one definition, slurm.py uses it)
+JOB_ID_RE = re.compile(r"^[0-9]{1,10}(_[0-9]{1,10})?\Z")
+#: a node / host name as Slurm prints it: letters, digits, ``.``, ``_``, ``-``; 1-128 characters,
+#: starting with a letter or digit (so never ``-option``, ``.`` or ``..``)
+HOST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
+#: a timestamp in a file name (``20260101T120000Z``, ``2026-01-01T12:00:00.5``)
+TIMESTAMP_RE = re.compile(r"^[0-9A-Za-z][0-9A-Za-z_.:+-]{0,63}\Z")
+
+
+def validate_job_id(job_id) -> str:
+    """Return ``job_id`` (str or int; surrounding whitespace stripped) as a string if it is
+    ``<digits>`` or ``<digits>_<digits>`` (at most 10 digits each). Raises ValueError naming the
+    value and the accepted forms for anything else (``..``, ``1/2``, ``123_[1-3]``, ``''``, ``-1``...)."""
+    s = str(job_id).strip()
+    if not JOB_ID_RE.match(s):
+        raise ValueError("invalid Slurm job id %r: expected a number such as 1234, "
+                         "or an array task such as 1234_5" % (job_id,))
+    return s
+
+
+def validate_host(host) -> str:
+    """Return ``host`` if it is a node name fit for a file name (:data:`HOST_RE`, no ``..``).
+    Raises ValueError naming the value otherwise (``''``, ``a/b``, ``../x``, ``a b``, NUL, ``-x``)."""
+    if not isinstance(host, str) or not HOST_RE.match(host) or ".." in host:
+        raise ValueError("invalid host name %r: expected 1-128 letters, digits, '.', '_' or '-', "
+                         "starting with a letter or digit, without '..'" % (host,))
+    return host
+
+
+def _nonneg(value, what):
+    """``int(value)`` if it is a non-negative integer (bools refused); else ValueError."""
+    if isinstance(value, bool):
+        raise ValueError("invalid %s %r: expected a non-negative integer" % (what, value))
+    try:
+        v = int(value)
+    except (TypeError, ValueError):
+        raise ValueError("invalid %s %r: expected a non-negative integer" % (what, value)) from None
+    if v < 0 or (isinstance(value, float) and v != value):
+        raise ValueError("invalid %s %r: expected a non-negative integer" % (what, value))
+    return v
 
 # --- configuration file ------------------------------------------------------
 SITE_CONFIG_PATH = "/etc/hpc-hangkit/config.toml"
@@ -66,15 +111,20 @@ RANK_FILE_RE = re.compile(r"^rank_(?P<rank>\d+|x)\.pid(?P<pid>\d+)\.(?P<ext>log|
 
 
 def job_scratch_dir(scratch_dir, job_id, attempt):
-    """Node scratch of one job attempt: ``<scratch_dir>/job_<id>/attempt_<n>`` (= HANGKIT_SCRATCH_DIR)."""
+    """Node scratch of one job attempt: ``<scratch_dir>/job_<id>/attempt_<n>`` (= HANGKIT_SCRATCH_DIR).
+    Raises ValueError for a job id that is not :func:`validate_job_id`'s or a negative attempt."""
     import os
 
-    return os.path.join(scratch_dir, "job_%s" % job_id, "attempt_%d" % int(attempt))
+    return os.path.join(scratch_dir, "job_%s" % validate_job_id(job_id),
+                        "attempt_%d" % _nonneg(attempt, "attempt"))
 
 
 def rank_file_name(rank, pid, suffix):
-    """``rank_<r>.pid<pid><suffix>``; rank None -> ``x``."""
-    return "rank_%s.pid%d%s" % ("x" if rank is None else int(rank), int(pid), suffix)
+    """``rank_<r>.pid<pid><suffix>``; rank None -> ``x``. Raises ValueError for a negative or
+    non-integer rank or pid, or a suffix other than ``.log``/``.hb``/``.txt``."""
+    if suffix not in (WATCHDOG_SUFFIX, HEARTBEAT_SUFFIX, UNWATCHED_SUFFIX):
+        raise ValueError("invalid rank file suffix %r" % (suffix,))
+    return "rank_%s.pid%d%s" % ("x" if rank is None else _nonneg(rank, "rank"), _nonneg(pid, "pid"), suffix)
 
 
 def watchdog_log_name(rank, pid):
@@ -113,22 +163,26 @@ NCCLRAS_REPORT_TXT = "ncclras_report.txt"
 
 
 def stack_trace_name(rank):
-    """``rank_<i>.log`` under ``stack_traces/``."""
-    return "rank_%d.log" % int(rank)
+    """``rank_<i>.log`` under ``stack_traces/``. Raises ValueError for a negative or non-integer rank."""
+    return "rank_%d.log" % _nonneg(rank, "rank")
 
 
 def flight_recorder_name(rank):
-    """``rank_<i>.json`` under ``flight_recorder/``."""
-    return "rank_%d.json" % int(rank)
+    """``rank_<i>.json`` under ``flight_recorder/``. Raises ValueError for a negative or non-integer rank."""
+    return "rank_%d.json" % _nonneg(rank, "rank")
 
 
 def nvidia_smi_name(host):
-    """``node_<host>.log`` under ``nvidia_smi/``."""
-    return "node_%s.log" % host
+    """``node_<host>.log`` under ``nvidia_smi/``. Raises ValueError for a host name that is not
+    :func:`validate_host`'s (``/``, ``..``, NUL, whitespace, over 128 characters...)."""
+    return "node_%s.log" % validate_host(host)
 
 
 def ncclras_json_name(timestamp):
-    """``ncclras_<timestamp>.json`` under ``nccl_ras/`` (timestamp: a string, e.g. ``20260101T120000Z``)."""
+    """``ncclras_<timestamp>.json`` under ``nccl_ras/`` (timestamp: a string, e.g. ``20260101T120000Z``).
+    Raises ValueError for a timestamp outside :data:`TIMESTAMP_RE` (``/``, ``..``, spaces...)."""
+    if not isinstance(timestamp, str) or not TIMESTAMP_RE.match(timestamp) or ".." in timestamp:
+        raise ValueError("invalid timestamp for a file name %r" % (timestamp,))
     return "ncclras_%s.json" % timestamp
 
 
@@ -140,5 +194,6 @@ REQUEUE_STATE_FILE = "hangkit_requeue.json"
 
 
 def storage_attempt_prefix(job_id, attempt):
-    """``<job_id>/attempt_<n>`` relative to the storage URL."""
-    return "%s/attempt_%d" % (job_id, int(attempt))
+    """``<job_id>/attempt_<n>`` relative to the storage URL. Raises ValueError like
+    :func:`job_scratch_dir`."""
+    return "%s/attempt_%d" % (validate_job_id(job_id), _nonneg(attempt, "attempt"))

@@ -52,7 +52,9 @@ def snapshot(path: str = NVIDIA_SMI, timeout_s: float = TIMEOUT_S) -> Tuple[Opti
 
 def capture_node(hd_dir: str, host: Optional[str] = None, path: str = NVIDIA_SMI,
                  timeout_s: float = TIMEOUT_S) -> Tuple[str, Optional[str]]:
-    """Write ``<hd_dir>/nvidia_smi/node_<host>.log``; return ``(file, why or None)``."""
+    """Write ``<hd_dir>/nvidia_smi/node_<host>.log``; return ``(file, why or None)``.
+    Raises ValueError for a ``host`` unfit for a file name (:func:`hpc_hangkit.layout.validate_host`)
+    before running anything."""
     host = host or socket.gethostname()
     dest = os.path.join(hd_dir, layout.NVIDIA_SMI_DIR, layout.nvidia_smi_name(host))
     out, why = snapshot(path, timeout_s)
@@ -68,8 +70,14 @@ def capture_hook(ctx) -> None:
     """Capture step (H3's :mod:`hpc_hangkit.capture`): one snapshot of this node into ``ctx.hd_dir``."""
     host = None
     for rp in getattr(ctx, "ranks", {}).values():
-        host = rp.host or None
+        host = rp.host or None  # from the rank's own files: hostile input
         break
+    if host is not None:
+        try:
+            layout.validate_host(host)
+        except ValueError as e:
+            ctx.problem("nvidia-smi: %s in the rank's files; the file is named by this node's host name" % e)
+            host = None
     _, why = capture_node(ctx.hd_dir, host=host)
     if why:
         ctx.problem("nvidia-smi unavailable: %s" % why)
