@@ -11,16 +11,24 @@ Targets (each: the parser, the ONLY exception it documents, its seed corpus):
     sstat          slurm.parse_sstat                       never raises
     config_toml    config.load_settings(path=<file>)       ConfigError
     config_env     config.load_settings(env={HANGKIT_*})   ConfigError
+    heartbeat      parse.heartbeat.read_heartbeat(<file>)  never raises (None + HeartbeatWarning)
 
 Seeds are the real samples under tests/fixtures (faulthandler, py-spy, Flight Recorder
-pickle + JSON, ncclras JSON + text), a real ``sstat -P`` shape and a real config. Each
+pickle + JSON, ncclras JSON + text, a heartbeat record), a real ``sstat -P`` shape and a
+real config. Each
 input is one of: random bytes, a seed truncated at a random byte, two seeds spliced,
 a seed with byte flips, lines dropped/duplicated/swapped, or hostile tokens inserted
 (NUL, invalid UTF-8, huge numbers, ``inf``/``nan``, deep nesting, separators).
 A crash is any other exception; each is printed with its target, a reproducer file
 (``--crash-dir``) and the traceback. Deterministic for a given ``--seed``.
 
-    python bench/fuzz.py [--n 100000] [--seed 1] [--crash-dir DIR] [--quick]
+Memory: the run sets its own address-space limit (``--mem-limit-mb``, default 2048) so a
+parser that allocates without bound raises MemoryError - counted as a crash, with its
+reproducer - instead of growing to 12 GiB (it once did: Flight Recorder pickles whose
+BINBYTES/BYTEARRAY8 length or LONG_BINPUT memo index CPython's unpickler allocates up
+front). The table prints each target's peak RSS (``ru_maxrss`` after the target).
+
+    python bench/fuzz.py [--n 100000] [--seed 1] [--crash-dir DIR] [--mem-limit-mb 2048] [--quick]
 
 Anchor: the same mutated inputs through the stdlib decoders alone (json.loads /
 tomllib.loads / bytes.decode): their per-input time gives the ratio printed per target.
@@ -86,6 +94,7 @@ def corpus():
     c = {"faulthandler": fh, "pyspy": sp, "traceback": tb, "flightrec": fr, "ncclras_json": nj,
          "ncclras_text": nt}
     out = {k: [_read(p) for p in sorted(set(v)) if os.path.isfile(p)] for k, v in c.items()}
+    out["heartbeat"] = [_read(p) for p in sorted(glob.glob(os.path.join(FIX, "heartbeat", "*.hb")))]
     out["sstat"] = [SSTAT_SEED]
     out["config_toml"] = [CONFIG_SEED]
     out["config_env"] = [("\n".join("%s=%s" % kv for kv in ENV_SEED.items())).encode()]
@@ -147,12 +156,14 @@ class Targets:
 
     def __init__(self, tmpdir):
         from hpc_hangkit import config, slurm
-        from hpc_hangkit.parse import faulthandler, flightrec, ncclras, pyspy
+        from hpc_hangkit.parse import faulthandler, flightrec, heartbeat, ncclras, pyspy
         from hpc_hangkit.parse import traceback as tbmod
 
         self.tmp = tmpdir
         self.cfg_path = os.path.join(tmpdir, "config.toml")
+        self.hb_path = os.path.join(tmpdir, "rank_0.pid1.hb")
         self.config = config
+        self.heartbeat = heartbeat
         self.table = {
             "faulthandler": (lambda d: faulthandler.parse_faulthandler(d, "fuzz.log"), ()),
             "pyspy": (lambda d: pyspy.parse_pyspy(d, "fuzz.txt"), ()),
@@ -163,7 +174,21 @@ class Targets:
             "sstat": (lambda d: slurm.parse_sstat(d.decode("utf-8", "replace")), ()),
             "config_toml": (self._toml, (config.ConfigError,)),
             "config_env": (self._env, (config.ConfigError,)),
+            "heartbeat": (self._hb, ()),
         }
+
+    def _hb(self, d):
+        """A fresh file each input (the reader maps files of its own user); timeout 0: a torn
+        (odd) sequence number is reported after one read instead of retried for 1 s."""
+        tmp = self.hb_path + ".tmp"
+        with open(tmp, "wb") as fh:
+            fh.write(d)
+        os.replace(tmp, self.hb_path)
+        hb = self.heartbeat.read_heartbeat(self.hb_path, timeout_s=0)
+        if hb is not None:
+            assert isinstance(hb, self.heartbeat.Heartbeat), hb
+            hb.age_s(0.0)
+        return hb
 
     def _toml(self, d):
         with open(self.cfg_path, "wb") as fh:
@@ -210,8 +235,10 @@ def run(n, seed=1, crash_dir=None, out=sys.stdout, time_budget_s=None):
     per = max(1, n // len(names))
     crashes = {k: [] for k in names}
     t_start = time.perf_counter()
-    print("%-13s %8s %8s %8s %10s %10s %7s" % ("target", "inputs", "expected", "crashes", "us/input",
-                                               "anchor us", "ratio"), file=out)
+    import resource
+
+    print("%-13s %8s %8s %8s %10s %10s %7s %9s" % ("target", "inputs", "expected", "crashes", "us/input",
+                                                    "anchor us", "ratio", "RSS MiB"), file=out)
     total = 0
     for name in names:
         fn, allowed = tg.table[name]
@@ -238,9 +265,10 @@ def run(n, seed=1, crash_dir=None, out=sys.stdout, time_budget_s=None):
             t_anchor += t2 - t1
             done += 1
         total += done
-        print("%-13s %8d %8d %8d %10.1f %10.1f %7.1f" % (
+        print("%-13s %8d %8d %8d %10.1f %10.1f %7.1f %9.0f" % (
             name, done, expected, len(crashes[name]), 1e6 * t_ours / max(done, 1), 1e6 * t_anchor / max(done, 1),
-            t_ours / t_anchor if t_anchor else float("nan")), file=out)
+            t_ours / t_anchor if t_anchor else float("nan"),
+            resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0), file=out)
         out.flush()
     n_crash = sum(len(v) for v in crashes.values())
     print("total: %d inputs, %d crashes (target 0)" % (total, n_crash), file=out)
@@ -267,10 +295,23 @@ def main(argv=None):
     ap.add_argument("--n", type=int, default=100000)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--crash-dir")
-    ap.add_argument("--quick", action="store_true", help="1,800 inputs (smoke test)")
+    ap.add_argument("--mem-limit-mb", type=int, default=2048,
+                    help="address-space limit (RLIMIT_AS) of this process: an unbounded allocation becomes "
+                         "a MemoryError crash with its reproducer (0: no limit)")
+    ap.add_argument("--quick", action="store_true", help="2,000 inputs (smoke test)")
     a = ap.parse_args(argv)
-    n = 1800 if a.quick else a.n
-    print("fuzz: %d inputs, seed %d" % (n, a.seed))
+    n = 2000 if a.quick else a.n
+    if a.mem_limit_mb > 0:
+        import resource
+
+        lim = a.mem_limit_mb << 20
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        if hard != resource.RLIM_INFINITY:
+            lim = min(lim, hard)
+        if soft == resource.RLIM_INFINITY or soft > lim:
+            resource.setrlimit(resource.RLIMIT_AS, (lim, hard))
+    print("fuzz: %d inputs, seed %d, address-space limit %s" % (
+        n, a.seed, "%d MiB" % a.mem_limit_mb if a.mem_limit_mb > 0 else "none"))
     crashes = run(n, a.seed, a.crash_dir)
     return 1 if any(crashes.values()) else 0
 

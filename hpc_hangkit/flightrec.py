@@ -28,7 +28,7 @@ import time
 from typing import Dict, List, Optional
 
 from hpc_hangkit.capture import pid_alive
-from hpc_hangkit.parse.flightrec import FRDump, FRParseError, parse_flightrec
+from hpc_hangkit.parse.flightrec import MAX_DUMP_BYTES, FRDump, FRParseError, parse_flightrec
 from hpc_hangkit.ranges import format_ranks
 
 log = logging.getLogger("hpc_hangkit.flightrec")
@@ -172,7 +172,8 @@ def read_dumps(d: str) -> (List[FRDump], List[str]):
     warns: List[str] = []
     for p in sorted(files, key=lambda p: (p.endswith(".pickle"), p)):
         try:
-            dump = parse_flightrec(_read_nofollow(p), os.path.basename(p))
+            # one byte over the parser's cap, so an oversized file is named as such, not as truncated
+            dump = parse_flightrec(_read_nofollow(p, MAX_DUMP_BYTES + 1), os.path.basename(p))
         except (OSError, FRParseError) as e:
             warns.append("warning: %s" % e)
             continue

@@ -6,7 +6,11 @@ each a rank or an inclusive ``first-last`` run. Two consecutive ranks print as
 a run (``0-1``).
 """
 
-__all__ = ["format_ranks", "parse_ranks"]
+__all__ = ["format_ranks", "parse_ranks", "MAX_RANKS"]
+
+#: the most ranks :func:`parse_ranks` expands (16,777,216: 16x the largest jobs run today);
+#: a rank set read from a file or a summary (``"0-999999999999"``) cannot make it allocate more
+MAX_RANKS = 1 << 24
 
 
 def format_ranks(ranks):
@@ -47,12 +51,15 @@ def parse_ranks(text):
 
     Whitespace around items is ignored; ``""`` gives ``[]``. Raises
     ``ValueError`` naming the bad item for anything else (``"3-1"``, ``"a"``,
-    ``"-2"``, ``"1,,2"``).
+    ``"-2"``, ``"1,,2"``), and naming the text when its runs hold more than
+    :data:`MAX_RANKS` ranks in all (overlaps counted; checked before anything is
+    expanded). Long texts are clipped to 200 characters in messages.
     """
     text = text.strip()
     if not text:
         return []
-    out = set()
+    runs = []
+    total = 0
     for item in text.split(","):
         item = item.strip()
         first, sep, last = item.partition("-")
@@ -61,12 +68,22 @@ def parse_ranks(text):
             hi = _nonneg(last) if sep else lo
         except ValueError:
             raise ValueError(
-                "bad rank set %r: item %r is not a rank or a first-last run" % (text, item)
+                "bad rank set %s: item %s is not a rank or a first-last run" % (_clip(text), _clip(item))
             ) from None
         if hi < lo:
-            raise ValueError("bad rank set %r: run %r goes backwards" % (text, item))
+            raise ValueError("bad rank set %s: run %r goes backwards" % (_clip(text), item))
+        total += hi - lo + 1
+        if total > MAX_RANKS:
+            raise ValueError("bad rank set %s: more than %d ranks (MAX_RANKS)" % (_clip(text), MAX_RANKS))
+        runs.append((lo, hi))
+    out = set()
+    for lo, hi in runs:
         out.update(range(lo, hi + 1))
     return sorted(out)
+
+
+def _clip(text, n=200):
+    return repr(text) if len(text) <= n else "%r... (%d characters)" % (text[:n], len(text))
 
 
 def _nonneg(s):

@@ -134,3 +134,120 @@ def test_rollcall_deeply_nested_node_summary(tmp_path):
     (tmp_path / "node1.summary.json").write_bytes(b"[" * 100000)
     rep = report_from_dir(str(tmp_path))
     assert any("node1.summary.json" in w for w in rep.warnings)
+
+
+# found by the 100k run after heartbeat and the memory limit were added (seed 1) -------
+
+def test_faulthandler_timeout_with_a_400_digit_hour_count(targets):
+    _call(targets, "faulthandler", b"Timeout (" + b"9" * 400 + b":00:00)!\nThread 0x1 (most recent call first):\n"
+                                   b'  File "a.py", line 1 in f\n')
+
+
+def test_flightrec_infinite_sequence_id_skips_the_entry(targets):
+    from hpc_hangkit.parse.flightrec import parse_flightrec
+
+    d = parse_flightrec(b'{"entries": [{"collective_seq_id": 1e999, "profiling_name": "gloo:barrier"}, '
+                        b'{"collective_seq_id": 2, "profiling_name": "gloo:barrier"}]}', "rank_0.json")
+    assert [e.seq for e in d.entries] == [2]
+    assert d.warnings and "entry 0 skipped" in d.warnings[0] and "rank_0.json" in d.warnings[0]
+
+
+def test_ncclras_infinite_init_state(targets):
+    from hpc_hangkit.parse.ncclras import parse_ncclras_json
+
+    seed = next(s for s in SEEDS["ncclras_json"] if b'"init_state"' in s)
+    i = seed.index(b'"init_state"')
+    j = seed.index(b":", i) + 1
+    k = j
+    while seed[k:k + 1] in b" 0123456789":
+        k += 1
+    _call(targets, "ncclras_json", seed[:j] + b" 1e999" + seed[k:])
+    parse_ncclras_json(seed[:j] + b" 1e999" + seed[k:], "x.json")  # parses: the rank counts as running
+
+
+def test_ncclras_rank_entries_that_are_not_objects(targets):
+    from hpc_hangkit.parse.ncclras import parse_ncclras_json
+
+    doc = b'{"communicators": [{"hash": "0x1", "size": 2, "ranks": [5, {"rank": 1, "status": 3}], ' \
+          b'"missing_ranks": ["x"]}]}'
+    poll = parse_ncclras_json(doc, "x.json")
+    assert poll.warnings and "not an object" in " ".join(poll.warnings)
+
+
+def test_sstat_counter_times_ntasks_overflow(targets):
+    from hpc_hangkit.slurm import parse_sstat
+
+    assert parse_sstat("4242.0|" + "9" * 400 + "|00:01:02|1K|1K\n4242.1|2|00:00:01|1K|1K\n")[0].step == "4242.1"
+    assert parse_sstat("4242.0|2|00:00:01|" + "9" * 400 + "|1K\n") == []  # inf bytes: not a counter
+
+
+# --- the heartbeat record reader (read by the monitor and the epilog from job files) ---
+
+HB = SEEDS["heartbeat"][0]
+
+
+def test_heartbeat_seed_is_a_real_record(targets):
+    from hpc_hangkit.parse.heartbeat import read_heartbeat
+
+    assert len(HB) == 512
+    path = os.path.join(targets.tmp, "rank_3.pid16135.hb")
+    with open(path, "wb") as fh:
+        fh.write(HB)
+    hb = read_heartbeat(path, timeout_s=0)
+    assert (hb.rank, hb.world, hb.local_rank, hb.counter, hb.label, hb.signal) == (3, 4, 1, 8, "allreduce grads",
+                                                                                  "SIGURG")
+
+
+@pytest.mark.parametrize("cut", [0, 1, 8, 128, 136, 511])
+def test_heartbeat_truncated_is_none_with_a_warning_naming_file_and_offset(targets, cut):
+    from hpc_hangkit.parse.heartbeat import HeartbeatWarning, read_heartbeat
+
+    path = os.path.join(targets.tmp, "rank_0.pid2.hb")
+    with open(path, "wb") as fh:
+        fh.write(HB[:cut])
+    with pytest.warns(HeartbeatWarning, match=r"rank_0\.pid2\.hb: truncated at byte offset %d" % cut):
+        assert read_heartbeat(path, timeout_s=0) is None
+
+
+def test_heartbeat_torn_foreign_and_hostile_fields(targets):
+    import struct
+
+    from hpc_hangkit.parse.heartbeat import HeartbeatWarning, read_heartbeat
+
+    path = os.path.join(targets.tmp, "rank_0.pid3.hb")
+    odd = bytearray(HB)
+    struct.pack_into("<Q", odd, 128, 19)  # a writer inside forever
+    bad_magic = b"XXXXXXXX" + HB[8:]
+    bad_version = HB[:8] + struct.pack("<II", 99, 512) + HB[16:]
+    for data, why in ((bytes(odd), "torn"), (bad_magic, "bad magic"), (bad_version, "unsupported record version")):
+        with open(path, "wb") as fh:
+            fh.write(data)
+        with pytest.warns(HeartbeatWarning, match=why):
+            assert read_heartbeat(path, timeout_s=0) is None
+    # hostile values in a well-formed record: returned as read, never raised
+    weird = bytearray(HB)
+    struct.pack_into("<i", weird, 16, -5)                          # rank
+    struct.pack_into("<i", weird, 36, 0x7FFFFFFF)                  # signum: no such signal
+    struct.pack_into("<d", weird, 40, float("nan"))                # period
+    weird[64:128] = b"../../etc\x00\xff\xfe" + b"\x00" * 53         # host: not a path here, just text
+    weird[152:352] = b"\xff" * 200                                 # label: invalid UTF-8
+    with open(path, "wb") as fh:
+        fh.write(bytes(weird))
+    hb = read_heartbeat(path, timeout_s=0)
+    assert hb is not None and hb.rank == -5 and hb.host.startswith("../../etc")
+    assert isinstance(hb.signal, str) and isinstance(hb.label, str)
+
+
+def test_heartbeat_symlink_and_fifo_are_refused(targets, tmp_path):
+    from hpc_hangkit.parse.heartbeat import HeartbeatWarning, read_heartbeat
+
+    real = tmp_path / "real.hb"
+    real.write_bytes(HB)
+    link = tmp_path / "rank_0.pid4.hb"
+    link.symlink_to(real)
+    with pytest.warns(HeartbeatWarning, match="cannot open"):
+        assert read_heartbeat(str(link), timeout_s=0) is None
+    fifo = tmp_path / "rank_0.pid5.hb"
+    os.mkfifo(str(fifo))
+    with pytest.warns(HeartbeatWarning, match="not a regular file"):
+        assert read_heartbeat(str(fifo), timeout_s=0) is None

@@ -94,3 +94,150 @@ def test_slurm_run_uses_argv_not_a_shell(monkeypatch, tmp_path):
 def test_config_refuses_hostile_env(var, val):
     with pytest.raises(config.ConfigError):
         config.load_settings(env={var: val, "HPC_HANGKIT_CONFIG": ""}, path=None)
+
+
+# --- layout: every name builder validates what it puts into a path ----------------
+
+from hpc_hangkit import layout, nvsmi, ranges  # noqa: E402
+
+BAD_HOSTS = BAD_NODES + ["a..b", "..", "a\x00b", "a\tb", "host/../../etc", "ａ", None, 7, "x" * 129]
+
+
+@pytest.mark.parametrize("host", BAD_HOSTS)
+def test_nvidia_smi_name_refuses_bad_hosts(host):
+    with pytest.raises(ValueError, match="invalid host name"):
+        layout.nvidia_smi_name(host)
+    with pytest.raises(ValueError):
+        layout.validate_host(host)
+
+
+@pytest.mark.parametrize("host", ["node01", "gpu-a100-3.cluster.local", "n_1", "x" * 128, "1"])
+def test_nvidia_smi_name_accepts_node_names(host):
+    assert layout.nvidia_smi_name(host) == "node_%s.log" % host
+
+
+def test_nvsmi_capture_node_refuses_a_bad_host_before_running_anything(tmp_path):
+    with pytest.raises(ValueError):
+        nvsmi.capture_node(str(tmp_path), host="../../etc/cron.d/x", path="/nonexistent/nvidia-smi")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_nvsmi_capture_hook_names_the_file_by_this_node_for_a_hostile_rank_host(tmp_path):
+    import socket
+
+    class RP:
+        host = "../../../etc/evil"
+
+    class Ctx:
+        hd_dir = str(tmp_path)
+        ranks = {0: RP()}
+        problems = []
+
+        def problem(self, text):
+            self.problems.append(text)
+
+    ctx = Ctx()
+    nvsmi.capture_hook(ctx)  # nvidia-smi is absent here: a why-file, named by this node
+    written = sorted(os.listdir(str(tmp_path / layout.NVIDIA_SMI_DIR)))
+    assert len(written) == 1 and socket.gethostname() in written[0], written
+    assert any("invalid host name" in p for p in ctx.problems), ctx.problems
+    assert not os.path.exists(str(tmp_path / "etc"))
+
+
+@pytest.mark.parametrize("jid", BAD_IDS)
+def test_layout_paths_refuse_bad_job_ids(jid, tmp_path):
+    with pytest.raises(ValueError):
+        layout.job_scratch_dir(str(tmp_path), jid, 0)
+    with pytest.raises(ValueError):
+        layout.storage_attempt_prefix(jid, 0)
+
+
+def test_layout_paths_accept_real_ids():
+    assert layout.job_scratch_dir("/s", "4242", 1) == os.path.join("/s", "job_4242", "attempt_1")
+    assert layout.storage_attempt_prefix(4242, "2") == "4242/attempt_2"
+    assert layout.job_scratch_dir("/s", "4242_7", 0).endswith("job_4242_7/attempt_0")
+
+
+@pytest.mark.parametrize("bad", [-1, "-1", "1/2", "..", True, 1.5, "x", "1\x00"])
+def test_rank_pid_and_attempt_must_be_non_negative_integers(bad):
+    for fn in (layout.stack_trace_name, layout.flight_recorder_name,
+               lambda v: layout.rank_file_name(v, 1, layout.WATCHDOG_SUFFIX),
+               lambda v: layout.rank_file_name(0, v, layout.HEARTBEAT_SUFFIX),
+               lambda v: layout.job_scratch_dir("/s", "1", v),
+               lambda v: layout.storage_attempt_prefix("1", v)):
+        with pytest.raises(ValueError):
+            fn(bad)
+
+
+def test_none_is_refused_except_as_the_unknown_rank():
+    for fn in (layout.stack_trace_name, layout.flight_recorder_name,
+               lambda v: layout.rank_file_name(0, v, layout.HEARTBEAT_SUFFIX),
+               lambda v: layout.job_scratch_dir("/s", "1", v)):
+        with pytest.raises(ValueError):
+            fn(None)
+    assert layout.rank_file_name(None, 5, layout.WATCHDOG_SUFFIX) == "rank_x.pid5.log"
+
+
+def test_rank_file_name_refuses_other_suffixes_and_keeps_the_x_rank():
+    assert layout.rank_file_name(None, 12, ".hb") == "rank_x.pid12.hb"
+    assert layout.parse_rank_file_name(layout.watchdog_log_name(3, 99)) == (3, 99, "log")
+    for suffix in ("/../x", ".log/..", "", ".py"):
+        with pytest.raises(ValueError):
+            layout.rank_file_name(0, 1, suffix)
+
+
+@pytest.mark.parametrize("ts", ["", "..", "../x", "a/b", "a b", "-x", "2026\x00", "x" * 65])
+def test_ncclras_json_name_refuses_bad_timestamps(ts):
+    with pytest.raises(ValueError):
+        layout.ncclras_json_name(ts)
+
+
+def test_ncclras_json_name_accepts_timestamps():
+    assert layout.ncclras_json_name("20260101T120000Z") == "ncclras_20260101T120000Z.json"
+    assert layout.ncclras_json_name("2026-06-11T15:40:20.5") == "ncclras_2026-06-11T15:40:20.5.json"
+
+
+# --- rank sets: a hostile summary cannot make parse_ranks allocate -------------------
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize("text", ["0-999999999999", "0-%d" % ranges.MAX_RANKS,
+                                  ",".join(["0-%d" % (ranges.MAX_RANKS // 2)] * 3),
+                                  "5," + "0-" + "9" * 4000])
+def test_parse_ranks_refuses_more_than_max_ranks_without_expanding(text):
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError) as ei:
+            ranges.parse_ranks(text)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert "bad rank set" in str(ei.value) and text[:20] in str(ei.value)
+    assert len(str(ei.value)) < 700  # a long text is clipped in the message
+    assert peak < 64 * len(text) + (1 << 20), peak
+
+
+def test_parse_ranks_max_is_generous_and_exact():
+    assert ranges.MAX_RANKS == 1 << 24
+    assert ranges.parse_ranks("0-2,%d" % (10 ** 12)) == [0, 1, 2, 10 ** 12]  # one huge rank: one int
+    assert len(ranges.parse_ranks("0-%d" % (ranges.MAX_RANKS - 1))) == ranges.MAX_RANKS
+
+
+# --- no shell anywhere in the package -------------------------------------------------
+
+def test_no_command_is_built_through_a_shell():
+    import re
+
+    root = os.path.dirname(os.path.abspath(layout.__file__))
+    bad = re.compile(r"shell\s*=\s*True|os\.system\(|os\.popen\(|commands\.getoutput|subprocess\.getoutput"
+                     r"|subprocess\.getstatusoutput")
+    hits = []
+    for d, _, names in os.walk(root):
+        for n in names:
+            if n.endswith(".py"):
+                with open(os.path.join(d, n), encoding="utf-8") as f:
+                    for i, line in enumerate(f, 1):
+                        if bad.search(line):
+                            hits.append("%s:%d: %s" % (os.path.relpath(os.path.join(d, n), root), i, line.strip()))
+    assert not hits, hits

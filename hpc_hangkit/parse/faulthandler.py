@@ -436,7 +436,7 @@ def _parse_lines(data: bytes, name: str) -> ParsedLog:
             continue
         if text.startswith("Timeout ("):
             m = _TIMEOUT_RE.match(text)
-            if m:
+            if m and len(m.group(1)) < 300:  # float() of a 300-digit hour count overflows
                 b.timeout_s = int(m.group(1)) * 3600 + int(m.group(2)) * 60 + float(m.group(3))
                 b.open_dump("timeout", off)
                 continue

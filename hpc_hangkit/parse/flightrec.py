@@ -8,8 +8,30 @@ profiling_name ('gloo:all_reduce'), input_sizes, input_dtypes, output_sizes,
 output_dtypes, state, retired, is_p2p, time_created_ns, frames[{name, filename,
 line}]`` (frames innermost first; JSON dumps from torch carry none).
 
-Pickles are loaded with an unpickler that refuses every global, so a hostile
-file can build only plain containers and scalars.
+Hostile input (a dump is read by root-run code and by the report over any job's files):
+
+- Input larger than :data:`MAX_DUMP_BYTES` (256 MiB; a 2,000-entry dump with stacks is a
+  few MiB) is refused before any decoding.
+- A pickle is first scanned opcode by opcode (a byte loop: decodes nothing, allocates
+  a few bytes per opcode) and refused unless it uses only the opcodes the
+  dump format needs (protocol 2-5 dicts, lists, tuples, str, bytes, int, float, bool,
+  None and the memo), with every length inside the input, every FRAME inside the
+  input (CPython <= 3.13 allocates a ``BINBYTES``/``BINBYTES8``/``BYTEARRAY8`` payload at
+  its claimed size before reading it), memo indices assigned in order (a crafted
+  ``LONG_BINPUT 2490986542`` makes it allocate and zero a 20 GiB memo): these two made
+  the fuzz run grow to 12 GiB (regressions: tests/fixtures/flight_recorder/hostile), no
+  ``BYTEARRAY8``/``LONG4``/sets/text opcodes, integers of at most 9 bytes, dict
+  keys that are scalars (no tuple keys with crafted hash collisions), and an
+  estimated allocation under :data:`MAX_EXPANSION` x the input size (+64 KiB). Only
+  then the stdlib unpickler runs, with a ``find_class`` that refuses every global.
+  The scan also refuses nesting deeper than :data:`MAX_DEPTH` and a second reference to
+  a container (real dumps share only strings and numbers), so no reference cycle or
+  doubling DAG reaches the code that walks the entries.
+- JSON: floods of ``{}``/``[]`` (json.loads spends ~130 bytes on each) beyond the same
+  allocation budget, and nesting deeper than :data:`MAX_DEPTH`, are refused.
+
+Every refusal is an :class:`FRParseError` naming the file and the byte offset; the
+caller (:func:`hpc_hangkit.flightrec.read_dumps`) skips that file with a warning.
 """
 import io
 import json
@@ -74,9 +96,244 @@ class FRDump:
     warnings: List[str] = field(default_factory=list)
 
 
+MAX_DUMP_BYTES = 256 << 20
+"""Largest dump parsed (bytes). A torch dump of 2,000 entries with stacks is a few MiB."""
+MAX_EXPANSION = 32
+"""A pickle whose estimated allocation exceeds ``MAX_EXPANSION * len(data) + 64 KiB`` is refused
+(real dumps estimate ~5x; ``json.loads`` of the worst JSON shape, ``[{},{},...]``, is ~30x)."""
+MAX_DEPTH = 16
+"""Deepest nesting accepted (a real dump nests 4 levels: doc > entries > entry > frames > frame)."""
+
+
 class _SafeUnpickler(pickle.Unpickler):
     def find_class(self, module, name):
         raise pickle.UnpicklingError("global %s.%s refused (a Flight Recorder dump holds none)" % (module, name))
+
+
+# Opcodes of a protocol 2-5 pickle of plain containers and scalars (the only ones a dump needs).
+# _ALLOC_*: an upper bound on what CPython's unpickler allocates for each (bytes; a payload is
+# added by its length, a container item by _ITEM_*), and on what the scan itself holds for it
+# (a container: a 3-item list on its stack, ~104 bytes; the two never live at the same time).
+_OPNAMES = {0x80: "PROTO", 0x95: "FRAME", 0x2e: "STOP", 0x28: "MARK", 0x30: "POP", 0x31: "POP_MARK",
+            0x7d: "EMPTY_DICT", 0x5d: "EMPTY_LIST", 0x29: "EMPTY_TUPLE", 0x74: "TUPLE", 0x85: "TUPLE1",
+            0x86: "TUPLE2", 0x87: "TUPLE3", 0x61: "APPEND", 0x65: "APPENDS", 0x73: "SETITEM",
+            0x75: "SETITEMS", 0x94: "MEMOIZE", 0x71: "BINPUT", 0x72: "LONG_BINPUT", 0x68: "BINGET",
+            0x6a: "LONG_BINGET", 0x8c: "SHORT_BINUNICODE", 0x58: "BINUNICODE", 0x8d: "BINUNICODE8",
+            0x43: "SHORT_BINBYTES", 0x42: "BINBYTES", 0x8e: "BINBYTES8", 0x4a: "BININT", 0x4b: "BININT1",
+            0x4d: "BININT2", 0x8a: "LONG1", 0x47: "BINFLOAT", 0x4e: "NONE", 0x88: "NEWTRUE", 0x89: "NEWFALSE"}
+_OBJECT_OPS = {0x63: "GLOBAL", 0x93: "STACK_GLOBAL", 0x69: "INST", 0x6f: "OBJ", 0x52: "REDUCE",
+               0x81: "NEWOBJ", 0x92: "NEWOBJ_EX", 0x62: "BUILD", 0x50: "PERSID", 0x51: "BINPERSID",
+               0x82: "EXT1", 0x83: "EXT2", 0x84: "EXT4"}
+_SCALAR, _LIST, _DICT, _TUPLE = 0, 1, 2, 3  # stack items: _SCALAR, or [kind, height, nodes] (containers)
+_FIXED_SCALAR = {0x4b: 1, 0x4a: 4, 0x4d: 2, 0x47: 8, 0x4e: 0, 0x88: 0, 0x89: 0}  # opcode: argument bytes
+_COUNTED = {0x8c: 1, 0x58: 4, 0x8d: 8, 0x43: 1, 0x42: 4, 0x8e: 8, 0x8a: 1}        # opcode: count bytes
+_STR_OPS = (0x8c, 0x58, 0x8d)
+_ALLOC_SCALAR, _ALLOC_STR, _ALLOC_BYTES, _ALLOC_DICT, _ALLOC_LIST, _ALLOC_TUPLE, _ALLOC_MEMO = \
+    40, 64, 40, 112, 112, 112, 16
+_EMPTY_TUPLE = [_TUPLE, 1, 1]  # shared: a tuple's entry is never changed
+_ITEM_LIST, _ITEM_DICT, _ITEM_TUPLE = 12, 24, 8
+
+
+def _scan_pickle(data: bytes, name: str) -> None:
+    """Refuse (FRParseError naming ``name`` and the byte offset) a pickle that is not a plain
+    protocol 2-5 pickle of containers and scalars bounded by its own size; see the module doc.
+    A byte loop over the opcodes that decodes nothing (~1 us an opcode). It tracks each
+    container's height (refused over :data:`MAX_DEPTH`) and node count; a second reference
+    (memo GET) to a list or dict is refused (real dumps share none, and only they can form
+    a cycle), one to a tuple (Python shares equal-content tuples, e.g. ``process_group``)
+    is charged its whole node count, so a doubling DAG of tuples exceeds the budget."""
+    n = len(data)
+    budget = MAX_EXPANSION * n + (64 << 10)
+    cost = 0
+    stack: list = []
+    marks: list = []
+    memo: list = []
+    at = i = 0
+    push, fixed, counted = stack.append, _FIXED_SCALAR, _COUNTED
+
+    def bad(why):
+        return FRParseError("%s: pickle refused at byte %d: %s (%d bytes)" % (name, at, why, n))
+
+    def take(k):  # pop k items above the last mark
+        if len(stack) - (marks[-1] if marks else 0) < k:
+            raise bad("%s: stack underflow" % _OPNAMES[c])
+        out = stack[len(stack) - k:]
+        del stack[len(stack) - k:]
+        return out
+
+    def take_mark():
+        if not marks:
+            raise bad("%s without MARK" % _OPNAMES[c])
+        out = stack[marks[-1]:]
+        del stack[marks.pop():]
+        return out
+
+    def measure(items):  # (height, nodes) of the items as children
+        h = nodes = 0
+        for x in items:
+            if x:
+                if x[1] > h:
+                    h = x[1]
+                nodes += x[2]
+            else:
+                nodes += 1
+        if h + 1 > MAX_DEPTH:
+            raise bad("nested deeper than %d levels" % MAX_DEPTH)
+        return h + 1, nodes
+
+    def add_to_top(want, items):
+        if len(stack) <= (marks[-1] if marks else 0) or not stack[-1] or stack[-1][0] != want:
+            raise bad("%s to a non-%s" % (_OPNAMES[c], "list" if want == _LIST else "dict"))
+        h, nodes = measure(items)
+        t = stack[-1]
+        if h > t[1]:
+            t[1] = h
+        t[2] += nodes
+
+    def get(k):  # push memo[k]; a container only if it is a tuple, charged its node count
+        nonlocal cost
+        if k >= len(memo):
+            raise bad("%s of a memo index never stored" % _OPNAMES[c])
+        v = memo[k]
+        if v:
+            if v[0] != _TUPLE:
+                raise bad("%s: a second reference to a list or dict (a dump shares none)" % _OPNAMES[c])
+            cost += 8 * v[2]
+        push(v)
+
+    while True:
+        at = i
+        if i >= n:
+            raise bad("no STOP opcode (truncated)")
+        c = data[i]
+        i += 1
+        if c == 0x68:  # BINGET (half of a real dump's opcodes: inlined)
+            if i >= n or data[i] >= len(memo):
+                raise bad("BINGET truncated" if i >= n else "BINGET of a memo index never stored")
+            v = memo[data[i]]
+            i += 1
+            if v:
+                get(data[i - 1])
+            else:
+                push(v)
+            continue
+        elif c == 0x94:  # MEMOIZE
+            if len(stack) <= (marks[-1] if marks else 0):
+                raise bad("MEMOIZE with nothing to store")
+            memo.append(stack[-1])
+            cost += _ALLOC_MEMO
+        elif c in counted:
+            w = counted[c]
+            if i + w > n:
+                raise bad("%s truncated" % _OPNAMES[c])
+            k = data[i] if w == 1 else int.from_bytes(data[i:i + w], "little")
+            i += w
+            if k > n - i:
+                raise bad("%s claims %d bytes, %d remain" % (_OPNAMES[c], k, n - i))
+            if c == 0x8a:
+                if k > 9:
+                    raise bad("LONG1 integer of %d bytes (a dump holds 64-bit counters)" % k)
+                cost += _ALLOC_SCALAR
+            elif c in _STR_OPS:
+                cost += _ALLOC_STR + (k if k < 16 or data[i:i + k].isascii() else 4 * k)
+            else:
+                cost += _ALLOC_BYTES + k
+            i += k
+            push(_SCALAR)
+        elif c in fixed:
+            i += fixed[c]
+            if i > n:
+                raise bad("%s truncated" % _OPNAMES[c])
+            if c != 0x4b and c != 0x4e:
+                cost += _ALLOC_SCALAR
+            push(_SCALAR)
+        elif c == 0x28:  # MARK
+            marks.append(len(stack))
+        elif c == 0x7d:  # EMPTY_DICT
+            push([_DICT, 1, 1])
+            cost += _ALLOC_DICT
+        elif c == 0x5d:  # EMPTY_LIST
+            push([_LIST, 1, 1])
+            cost += _ALLOC_LIST
+        elif c == 0x75 or c == 0x73:  # SETITEMS, SETITEM
+            items = take_mark() if c == 0x75 else take(2)
+            if len(items) % 2 or any(items[::2]):
+                raise bad("%s with a non-scalar key" % _OPNAMES[c])
+            add_to_top(_DICT, items)
+            cost += _ITEM_DICT * len(items)
+        elif c == 0x61 or c == 0x65:  # APPEND, APPENDS
+            items = take(1) if c == 0x61 else take_mark()
+            add_to_top(_LIST, items)
+            cost += _ITEM_LIST * len(items)
+        elif c in (0x85, 0x86, 0x87, 0x74, 0x29):  # TUPLE1-3, TUPLE, EMPTY_TUPLE
+            items = take_mark() if c == 0x74 else () if c == 0x29 else take(c - 0x84)
+            if items:
+                h, nodes = measure(items)
+                push([_TUPLE, h, nodes + 1])
+                cost += _ALLOC_TUPLE + _ITEM_TUPLE * len(items)
+            else:
+                push(_EMPTY_TUPLE)
+        elif c == 0x71 or c == 0x72:  # BINPUT, LONG_BINPUT
+            w = 1 if c == 0x71 else 4
+            if i + w > n:
+                raise bad("%s truncated" % _OPNAMES[c])
+            k = int.from_bytes(data[i:i + w], "little")
+            i += w
+            if k > len(memo):
+                raise bad("%s memo index %d out of order (memo holds %d)" % (_OPNAMES[c], k, len(memo)))
+            if len(stack) <= (marks[-1] if marks else 0):
+                raise bad("%s with nothing to store" % _OPNAMES[c])
+            if k == len(memo):
+                memo.append(stack[-1])
+                cost += _ALLOC_MEMO
+            else:
+                memo[k] = stack[-1]
+        elif c == 0x6a:  # LONG_BINGET
+            if i + 4 > n:
+                raise bad("LONG_BINGET truncated")
+            get(int.from_bytes(data[i:i + 4], "little"))
+            i += 4
+        elif c == 0x80:  # PROTO
+            if i >= n or not 2 <= data[i] <= 5:
+                raise bad("protocol %s (a dump uses 2-5)" % (data[i] if i < n else "?"))
+            i += 1
+        elif c == 0x95:  # FRAME
+            if i + 8 > n or int.from_bytes(data[i:i + 8], "little") > n - i - 8:
+                raise bad("FRAME larger than the rest of the input")
+            i += 8
+        elif c == 0x30:  # POP
+            take(1)
+        elif c == 0x31:  # POP_MARK
+            take_mark()
+        elif c == 0x2e:  # STOP
+            if len(stack) != 1 or marks:
+                raise bad("STOP with %d objects on the stack" % len(stack))
+            return
+        elif c in _OBJECT_OPS:
+            raise bad("global/object opcode %s refused (a Flight Recorder dump holds none)" % _OBJECT_OPS[c])
+        else:
+            raise bad("opcode 0x%02x is not used by a Flight Recorder dump" % c)
+        if cost > budget:
+            raise bad("would allocate over %d bytes (%dx its size)" % (budget, MAX_EXPANSION))
+
+
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+_JSON_LEAF = re.compile(rb"\[\]|\{\}")
+_NOT_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def _check_json_depth(data: bytes, name: str) -> None:
+    """Refuse valid JSON nesting deeper than :data:`MAX_DEPTH` (json.loads itself stops near the
+    interpreter's recursion limit, ~1000): strings dropped, brackets kept, one level of
+    innermost pairs removed a pass (C-speed byte operations)."""
+    b = _JSON_STRING.sub(b"", data).translate(None, _NOT_BRACKET)
+    for _ in range(MAX_DEPTH):
+        if not b:
+            return
+        b = _JSON_LEAF.sub(b"", b)
+    if b:
+        raise FRParseError("%s: refused at byte 0 (whole file): JSON nested deeper than %d levels (%d bytes)"
+                           % (name, MAX_DEPTH, len(data)))
 
 
 _RANK_RE = re.compile(r"(\d+)(?:\.(?:json|pickle|pkl))?$")
@@ -90,8 +347,11 @@ def rank_from_name(name: str) -> Optional[int]:
 
 
 def _t(v):
+    """Lists to tuples (hashable, for comparing ranks); refuses mappings (TypeError)."""
     if isinstance(v, (list, tuple)):
         return tuple(_t(x) for x in v)
+    if isinstance(v, dict):
+        raise TypeError("a mapping where sizes/dtypes are expected")
     return v
 
 
@@ -111,37 +371,63 @@ def _entry(e: dict) -> FREntry:
 def parse_flightrec(data: bytes, name: str, rank: Optional[int] = None) -> FRDump:
     """Parse one dump (pickle or JSON bytes). ``rank`` defaults to :func:`rank_from_name`.
 
-    Raises :class:`FRParseError` for empty, truncated or foreign input. A
-    ``{"dump_error": ...}`` file gives a dump with ``error`` set and no entries.
-    Malformed entries are skipped with a warning.
+    Raises :class:`FRParseError` (and nothing else) for empty, truncated, foreign or
+    hostile input: over :data:`MAX_DUMP_BYTES`, a pickle refused by the opcode scan
+    (see the module doc), nesting deeper than :data:`MAX_DEPTH`, a container referenced
+    twice; the message names ``name`` and the byte offset. Memory: at most ~:data:`MAX_EXPANSION`
+    x ``len(data)`` (+64 KiB). A ``{"dump_error": ...}`` file gives a dump with
+    ``error`` set and no entries. Malformed entries, and ``pg_config``/``pg_status``
+    values that are not mappings, are skipped with a warning.
     """
     if rank is None:
         rank = rank_from_name(name)
     if not data:
         raise FRParseError("%s: empty file" % name)
+    if len(data) > MAX_DUMP_BYTES:
+        raise FRParseError("%s: refused at byte %d: larger than the %d-byte cap for a Flight Recorder dump"
+                           % (name, MAX_DUMP_BYTES, MAX_DUMP_BYTES))
     if data[:1] == b"\x80":
+        _scan_pickle(data, name)
+        f = io.BytesIO(data)
         try:
-            doc = _SafeUnpickler(io.BytesIO(data)).load()
-        except Exception as e:
-            raise FRParseError("%s: unreadable pickle (%s: %s; %d bytes)" % (name, type(e).__name__, e,
-                                                                             len(data))) from None
+            doc = _SafeUnpickler(f).load()
+        except MemoryError:  # the scan's bound failed: a bug to see, not a bad file to skip
+            raise
+        except Exception as e:  # the scan passed: a decoding error (bad UTF-8, ...) remains
+            raise FRParseError("%s: unreadable pickle at byte %d (%s: %s; %d bytes)" % (
+                name, f.tell(), type(e).__name__, e, len(data))) from None
     else:
+        # json.loads spends ~130 bytes on each {} / [] (3 input bytes in a flood): refuse floods
+        n_cont = data.count(b"{") + data.count(b"[")
+        if 136 * n_cont > MAX_EXPANSION * len(data) + (64 << 10):
+            raise FRParseError("%s: refused at byte 0: %d JSON objects/arrays in %d bytes would allocate over "
+                               "%dx its size" % (name, n_cont, len(data), MAX_EXPANSION))
         try:
             doc = json.loads(data.decode("utf-8", "replace"))
         except (ValueError, RecursionError) as e:
             raise FRParseError("%s: not JSON or pickle (%s at byte %s)" % (name, getattr(e, "msg", e),
                                                                          getattr(e, "pos", "?"))) from None
+        _check_json_depth(data, name)
     if not isinstance(doc, dict):
         raise FRParseError("%s: not a Flight Recorder dump (top level is %s)" % (name, type(doc).__name__))
     if "dump_error" in doc and "entries" not in doc:
         return FRDump(name=name, rank=rank, error=str(doc["dump_error"]), raw=doc)
-    if "entries" not in doc:
-        raise FRParseError("%s: not a Flight Recorder dump (no 'entries')" % name)
-    d = FRDump(name=name, rank=rank, version=str(doc.get("version", "")), pg_config=doc.get("pg_config") or {},
-               pg_status=doc.get("pg_status") or {}, raw=doc)
-    for i, e in enumerate(doc.get("entries") or []):
+    if not isinstance(doc.get("entries"), list):
+        raise FRParseError("%s: not a Flight Recorder dump (no 'entries' list)" % name)
+    d = FRDump(name=name, rank=rank, version=str(doc.get("version", "")), raw=doc)
+    for key in ("pg_config", "pg_status"):
+        v = doc.get(key) or {}
+        if not isinstance(v, dict):
+            d.warnings.append("%s: %s is a %s, not a mapping; ignored" % (name, key, type(v).__name__))
+            doc[key] = v = {}
+        bad = [k for k, x in v.items() if not isinstance(x, dict)]
+        for k in bad:
+            d.warnings.append("%s: %s[%r] is not a mapping; ignored" % (name, key, k))
+            del v[k]
+        setattr(d, key, v)
+    for i, e in enumerate(doc["entries"]):
         try:
             d.entries.append(_entry(e))
-        except (TypeError, ValueError, AttributeError) as err:
-            d.warnings.append("%s: entry %d skipped (%s)" % (name, i, err))
+        except (TypeError, ValueError, AttributeError, KeyError, IndexError, OverflowError, RecursionError) as err:
+            d.warnings.append("%s: entry %d skipped (%s: %s)" % (name, i, type(err).__name__, err))
     return d

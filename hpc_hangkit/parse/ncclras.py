@@ -122,7 +122,7 @@ def rank_status(status: dict) -> str:
         return ABORT
     if status.get("finalize_called") or status.get("destroy_flag"):
         return FINALIZE
-    if int(status.get("init_state", 0)) == 0:
+    if _int(status.get("init_state", 0), 0) == 0:  # hostile 1e999 / "x": not an init state
         return RUNNING
     return INIT
 
@@ -188,11 +188,14 @@ def parse_ncclras_json(data, name: str = "<ncclras>") -> RasPoll:
             continue
         ranks = []
         for r in c.get("ranks") or []:
+            if not isinstance(r, dict):
+                warnings.append("%s: comm %s has a rank entry that is not an object; skipped" % (name, c["hash"]))
+                continue
             cc = r.get("collective_counts")
             if not isinstance(cc, dict):
                 warnings.append("%s: comm %s rank %s has no collective_counts" % (name, c["hash"], r.get("rank")))
                 cc = {}
-            st = r.get("status") or {}
+            st = r.get("status") if isinstance(r.get("status"), dict) else {}
             ranks.append(RasRank(rank=_int(r.get("rank")), host=str(r.get("host", "unknown")),
                                  pid=_int(r.get("pid")), cuda_dev=_int(r.get("cuda_dev")),
                                  status=rank_status(st), counts=tuple(_int(cc.get(op), 0) for op in OPS),
@@ -200,9 +203,14 @@ def parse_ncclras_json(data, name: str = "<ncclras>") -> RasPoll:
                                  async_error=_int(st.get("async_error"), 0)))
         missing = []
         for r in c.get("missing_ranks") or []:
+            if not isinstance(r, dict):
+                warnings.append("%s: comm %s has a missing-rank entry that is not an object; skipped"
+                                % (name, c["hash"]))
+                continue
             missing.append(RasRank(rank=_int(r.get("rank")), host=str(r.get("host", "unknown")),
                                    pid=_int(r.get("pid")), cuda_dev=_int(r.get("cuda_dev")),
-                                   status=missing_status(r.get("status") or {}), missing=True))
+                                   status=missing_status(r.get("status") if isinstance(r.get("status"), dict)
+                                                         else {}), missing=True))
         sec = str(c.get("secondary_hash", ""))
         key = comm_key(c["hash"])
         if key in comms:  # same commHash twice: the secondary hash tells them apart
