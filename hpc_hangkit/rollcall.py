@@ -524,8 +524,22 @@ def _safe_read(path: str, warnings: List[str], stat_out: Optional[list] = None) 
     return data
 
 
-def read_dir(path: str) -> DirContents:
-    """Read and parse every file under ``path`` (recursively, never following symlinks).
+def _list_files(path: str) -> List[str]:
+    """Every file under ``path`` (or ``[path]`` for a file), sorted, skipping the
+    extension subdirectories and never descending into symlinked directories."""
+    if os.path.isfile(path):
+        return [path]
+    files: List[str] = []
+    for root, dirs, names in os.walk(path, followlinks=False):
+        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS)
+        for n in sorted(names):
+            files.append(os.path.join(root, n))
+    return files
+
+
+def read_dir(path: str, files: Optional[List[str]] = None) -> DirContents:
+    """Read and parse every file under ``path`` (recursively, never following symlinks),
+    or only ``files`` (paths under ``path``) when given.
 
     Sniffs each file: faulthandler logs (watchdog/, stack_traces/, any file with
     a dump marker), py-spy text/JSON dumps, ``*.summary.json`` node summaries,
@@ -541,15 +555,9 @@ def read_dir(path: str) -> DirContents:
     if not os.path.exists(path):
         raise FileNotFoundError("no such file or directory: %s" % path)
     out = DirContents()
-    files: List[str] = []
-    if os.path.isfile(path):
-        files.append(path)
-    else:
-        for root, dirs, names in os.walk(path, followlinks=False):
-            dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS)
-            for n in sorted(names):
-                files.append(os.path.join(root, n))
-    hb_dirs = set()
+    if files is None:
+        files = _list_files(path)
+    hb_files: List[str] = []
     for fp in files:
         name = os.path.relpath(fp, path) if fp != path else os.path.basename(fp)
         base = os.path.basename(fp)
@@ -557,7 +565,7 @@ def read_dir(path: str) -> DirContents:
             continue
         parent = os.path.basename(os.path.dirname(fp))
         if base.endswith(".hb"):
-            hb_dirs.add(os.path.dirname(fp))
+            hb_files.append(fp)
             continue
         mt: list = []
         data = _safe_read(fp, out.warnings, mt)
@@ -603,31 +611,42 @@ def read_dir(path: str) -> DirContents:
             lg.mtime = mt[0]
         out.warnings.extend(lg.warnings)
         out.logs.append(lg)
-    for d in sorted(hb_dirs):
-        out.heartbeats.extend(_read_heartbeats(d, out.warnings))
+    out.heartbeats.extend(_read_heartbeats(hb_files, out.warnings))
     return out
 
 
-def _read_heartbeats(d: str, warnings: List[str]) -> list:
+def _read_heartbeats(paths: List[str], warnings: List[str]) -> list:
+    """Heartbeat records of the ``rank_<r>.pid<pid>.hb`` files among ``paths``, sorted by
+    (directory, rank, pid); problems become warnings, never exceptions."""
+    from hpc_hangkit import layout
+
+    paths = [p for p in paths if (layout.parse_rank_file_name(os.path.basename(p)) or (0, 0, ""))[2] == "hb"]
+    if not paths:
+        return []
     try:
         from hpc_hangkit.parse import heartbeat as hbmod
     except ImportError:
         warnings.append("%s: heartbeat records present but hpc_hangkit.parse.heartbeat is not "
-                        "installed; check-in labels not shown" % d)
+                        "installed; check-in labels not shown" % os.path.dirname(paths[0]))
         return []
     import warnings as _warnings
 
-    try:
-        with _warnings.catch_warnings(record=True) as caught:
-            _warnings.simplefilter("always")
-            out = list(hbmod.read_heartbeats(d))
-        for w in caught:
-            warnings.append("%s: %s" % (d, w.message))
-        return out
-    except Exception as e:  # never let a heartbeat problem lose the roll call
-        warnings.append("%s: heartbeats unreadable (%s: %s); check-in labels not shown" % (
-            d, e.__class__.__name__, e))
-        return []
+    out = []
+    for p in paths:
+        try:
+            with _warnings.catch_warnings(record=True) as caught:
+                _warnings.simplefilter("always")
+                hb = hbmod.read_heartbeat(p)
+            for w in caught:
+                warnings.append("%s: %s" % (os.path.dirname(p), w.message))
+        except Exception as e:  # never let a heartbeat problem lose the roll call
+            warnings.append("%s: heartbeat unreadable (%s: %s); check-in label not shown" % (
+                p, e.__class__.__name__, e))
+            continue
+        if hb is not None:
+            out.append((os.path.dirname(p), hb))
+    out.sort(key=lambda dh: (dh[0], dh[1].rank, dh[1].pid))
+    return [hb for _, hb in out]
 
 
 # --- node summaries ---------------------------------------------------------------
@@ -1470,19 +1489,137 @@ def _dedupe(logs: List[ParsedLog]) -> List[ParsedLog]:
     return list(best.values()) + rest
 
 
-def summarize_dir(path: str, *, world_size: Optional[int] = None, samples: int = 5) -> dict:
-    """Read ``path`` (see :func:`read_dir`) and return its node summary merged with any
-    ``*.summary.json`` found there."""
-    c = read_dir(path)
-    pid_rank = {(lg.host, lg.pid): lg.rank for lg in c.logs if lg.rank is not None and lg.pid is not None}
-    pid_only = {}
+#: raw-dump directories with at least this many files are parsed on several cores
+PARALLEL_MIN_FILES = 4096
+
+
+def _fix_ranks(logs: List[ParsedLog]) -> None:
+    """A log without a rank takes the rank of the other logs of its pid, when that is unique."""
+    pid_rank = {(lg.host, lg.pid): lg.rank for lg in logs if lg.rank is not None and lg.pid is not None}
+    pid_only: Dict[int, set] = {}
     for (h, p), r in pid_rank.items():
         pid_only.setdefault(p, set()).add(r)
-    for lg in c.logs:
+    for lg in logs:
         if lg.rank is None and lg.pid is not None and len(pid_only.get(lg.pid, ())) == 1:
             lg.rank = next(iter(pid_only[lg.pid]))
-    own = summarize_node(_dedupe(c.logs), tracebacks=c.tracebacks, heartbeats=c.heartbeats,
-                         unwatched=c.unwatched, warnings=c.warnings, world_size=world_size, samples=samples)
+
+
+def _summarize_contents(c: DirContents, world_size: Optional[int], samples: int) -> dict:
+    _fix_ranks(c.logs)
+    return summarize_node(_dedupe(c.logs), tracebacks=c.tracebacks, heartbeats=c.heartbeats,
+                          unwatched=c.unwatched, warnings=c.warnings, world_size=world_size, samples=samples)
+
+
+def _summarize_files(args) -> dict:
+    """Worker: the node summary of ``files`` under ``path`` (a disjoint set of whole ranks)."""
+    path, files, world_size, samples = args
+    return _summarize_contents(read_dir(path, files), world_size, samples)
+
+
+def _workers(n_files: int, workers: Optional[int]) -> int:
+    if workers is not None:
+        return max(1, int(workers))
+    if n_files < PARALLEL_MIN_FILES:
+        return 1
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, 8))
+
+
+def _other_threads() -> bool:
+    th = sys.modules.get("threading")
+    return th is not None and th.active_count() > 1
+
+
+def _split_by_rank(path: str, files: List[str], workers: int):
+    """``(serial, buckets)``: files routed to worker buckets by rank, and the rest.
+
+    Only rank-side files whose name carries the rank (``watchdog/rank_<r>.pid<p>.log``,
+    ``heartbeats/rank_<r>.pid<p>.hb``) are routed.  Everything else (captures, py-spy
+    dumps, tracebacks, markers, summaries, rank-less logs) is parsed here first, and a
+    rank it mentions keeps all its files here too, so every rank's data is summarized
+    in exactly one place and the merge equals the serial summary.
+    """
+    from hpc_hangkit import layout
+
+    routed: Dict[int, List[str]] = {}
+    pid_ranks: Dict[int, set] = {}
+    serial: List[str] = []
+    for fp in files:
+        parent = os.path.basename(os.path.dirname(fp))
+        parsed = layout.parse_rank_file_name(os.path.basename(fp))
+        if (parsed and parsed[0] is not None and (parent, parsed[2]) in (
+                (layout.WATCHDOG_DIR, "log"), (layout.HEARTBEAT_DIR, "hb"))
+                and "hang_detector" not in fp[len(path):].split(os.sep)):
+            routed.setdefault(parsed[0], []).append(fp)
+            pid_ranks.setdefault(parsed[1], set()).add(parsed[0])
+        else:
+            serial.append(fp)
+    c = read_dir(path, serial) if serial else DirContents()
+    touched = set(c.tracebacks) | set(c.unwatched)
+    for lg in c.logs:
+        if lg.rank is not None:
+            touched.add(lg.rank)
+        elif lg.pid is not None:
+            touched |= pid_ranks.get(lg.pid, set())
+    buckets: List[List[str]] = [[] for _ in range(workers)]
+    extra: List[str] = []
+    for r, fs in routed.items():
+        if r in touched:
+            extra.extend(fs)
+        else:
+            buckets[r % workers].extend(fs)
+    if extra:
+        more = read_dir(path, sorted(extra))
+        c.logs.extend(more.logs)
+        c.heartbeats.extend(more.heartbeats)
+        c.warnings.extend(more.warnings)
+        c.files += more.files
+    return c, [b for b in buckets if b]
+
+
+def summarize_dir(path: str, *, world_size: Optional[int] = None, samples: int = 5,
+                  workers: Optional[int] = None) -> dict:
+    """Read ``path`` (see :func:`read_dir`) and return its node summary merged with any
+    ``*.summary.json`` found there.
+
+    ``workers``: processes that parse raw dumps (default: one per available core, up
+    to 8, when the directory holds at least :data:`PARALLEL_MIN_FILES` files; 1 =
+    serial).  They are forked, so only from a process with no other threads; with
+    threads running the parse is serial.  The result does not depend on it: ranks are split whole between the
+    processes and their summaries merged (:func:`merge`).  If the worker processes
+    cannot be started the directory is parsed serially.
+    """
+    if not os.path.exists(path):
+        raise FileNotFoundError("no such file or directory: %s" % path)
+    files = _list_files(path)
+    n = _workers(len(files), workers)
+    if n > 1 and (not hasattr(os, "fork") or _other_threads()):
+        n = 1  # workers are forked: never from a process with other threads (their locks)
+    parts: List[dict] = []
+    if n > 1:
+        c, buckets = _split_by_rank(path, files, n)
+        if len(buckets) > 1:
+            try:
+                import concurrent.futures
+                import multiprocessing
+
+                ctx = multiprocessing.get_context("fork")
+                with concurrent.futures.ProcessPoolExecutor(len(buckets), mp_context=ctx) as ex:
+                    parts = list(ex.map(_summarize_files, [(path, b, world_size, samples) for b in buckets]))
+            except Exception as e:  # no processes here (limits, sandbox): do it in this one
+                c.warnings.append("parallel parse unavailable (%s: %s); parsed serially" % (
+                    e.__class__.__name__, e))
+                parts = [_summarize_files((path, b, world_size, samples)) for b in buckets]
+        elif buckets:
+            parts = [_summarize_files((path, buckets[0], world_size, samples))]
+    else:
+        c = read_dir(path, files)
+    own = _summarize_contents(c, world_size, samples)
+    if parts:
+        return merge(own, *parts, *c.summaries)
     if c.summaries:
         return merge(own, *c.summaries) if (c.logs or c.unwatched or c.tracebacks or c.heartbeats) else merge(
             *c.summaries)
