@@ -26,7 +26,9 @@ Memory: the run sets its own address-space limit (``--mem-limit-mb``, default 20
 parser that allocates without bound raises MemoryError - counted as a crash, with its
 reproducer - instead of growing to 12 GiB (it once did: Flight Recorder pickles whose
 BINBYTES/BYTEARRAY8 length or LONG_BINPUT memo index CPython's unpickler allocates up
-front). The table prints each target's peak RSS (``ru_maxrss`` after the target).
+front). The table prints each target's peak RSS (``ru_maxrss`` after the target). A target
+that documents a memory bound (flightrec: ``MAX_EXPANSION`` x input + 64 KiB) runs each input
+a second time, untimed, under tracemalloc; going over the bound is a crash.
 
     python bench/fuzz.py [--n 100000] [--seed 1] [--crash-dir DIR] [--mem-limit-mb 2048] [--quick]
 
@@ -176,6 +178,8 @@ class Targets:
             "config_env": (self._env, (config.ConfigError,)),
             "heartbeat": (self._hb, ()),
         }
+        #: targets that document a memory bound: bytes they may allocate for an input of n bytes
+        self.memory_bound = {"flightrec": lambda n: flightrec.MAX_EXPANSION * n + (64 << 10)}
 
     def _hb(self, d):
         """A fresh file each input (the reader maps files of its own user); timeout 0: a torn
@@ -217,6 +221,23 @@ class Targets:
                 d.decode("utf-8", "replace").splitlines()
         except Exception:
             pass
+
+
+def _peak_alloc(fn, allowed, d):
+    """Peak bytes traced (tracemalloc) while ``fn(d)`` runs; its outcome is already counted."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        try:
+            fn(d)
+        except allowed:
+            pass
+        except Exception:  # noqa: BLE001 -- counted by the timed call
+            pass
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
 
 
 def run(n, seed=1, crash_dir=None, out=sys.stdout, time_budget_s=None):
@@ -264,6 +285,12 @@ def run(n, seed=1, crash_dir=None, out=sys.stdout, time_budget_s=None):
             t_ours += t1 - t0
             t_anchor += t2 - t1
             done += 1
+            if name in tg.memory_bound:  # again, untimed, under tracemalloc: the documented bound holds
+                peak = _peak_alloc(fn, allowed, d)
+                if peak > tg.memory_bound[name](len(d)):
+                    crashes[name].append({"input": d, "error": "allocated %d bytes for a %d-byte input (bound %d)"
+                                          % (peak, len(d), tg.memory_bound[name](len(d))),
+                                          "tb": "MemoryBound: allocated %d bytes\n(no traceback)\n" % peak})
         total += done
         print("%-13s %8d %8d %8d %10.1f %10.1f %7.1f %9.0f" % (
             name, done, expected, len(crashes[name]), 1e6 * t_ours / max(done, 1), 1e6 * t_anchor / max(done, 1),

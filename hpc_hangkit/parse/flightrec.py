@@ -169,14 +169,14 @@ def _scan_pickle(data: bytes, name: str) -> None:
         return out
 
     def measure(items):  # (height, nodes) of the items as children
-        h = nodes = 0
+        if not any(items):  # all scalars (most items of a real dump): C-speed
+            return 1, len(items)
+        h, nodes = 0, len(items)
         for x in items:
             if x:
                 if x[1] > h:
                     h = x[1]
-                nodes += x[2]
-            else:
-                nodes += 1
+                nodes += x[2] - 1
         if h + 1 > MAX_DEPTH:
             raise bad("nested deeper than %d levels" % MAX_DEPTH)
         return h + 1, nodes
@@ -192,129 +192,150 @@ def _scan_pickle(data: bytes, name: str) -> None:
 
     def get(k):  # push memo[k]; a container only if it is a tuple, charged its node count
         nonlocal cost
-        if k >= len(memo):
-            raise bad("%s of a memo index never stored" % _OPNAMES[c])
-        v = memo[k]
+        v = memo[k]  # IndexError: never stored
         if v:
             if v[0] != _TUPLE:
                 raise bad("%s: a second reference to a list or dict (a dump shares none)" % _OPNAMES[c])
             cost += 8 * v[2]
         push(v)
 
-    while True:
-        at = i
-        if i >= n:
-            raise bad("no STOP opcode (truncated)")
-        c = data[i]
-        i += 1
-        if c == 0x68:  # BINGET (half of a real dump's opcodes: inlined)
-            if i >= n or data[i] >= len(memo):
-                raise bad("BINGET truncated" if i >= n else "BINGET of a memo index never stored")
-            v = memo[data[i]]
+    c = 0
+    try:
+        while True:  # an IndexError below is a truncated input or a memo index never stored
+            at = i
+            c = data[i]
+            if c == 0x68:  # BINGET (half of a real dump's opcodes)
+                v = memo[data[i + 1]]
+                i += 2
+                if v:
+                    get(data[i - 1])
+                else:
+                    push(v)
+                continue
             i += 1
-            if v:
-                get(data[i - 1])
-            else:
-                push(v)
-            continue
-        elif c == 0x94:  # MEMOIZE
-            if len(stack) <= (marks[-1] if marks else 0):
-                raise bad("MEMOIZE with nothing to store")
-            memo.append(stack[-1])
-            cost += _ALLOC_MEMO
-        elif c in counted:
-            w = counted[c]
-            if i + w > n:
-                raise bad("%s truncated" % _OPNAMES[c])
-            k = data[i] if w == 1 else int.from_bytes(data[i:i + w], "little")
-            i += w
-            if k > n - i:
-                raise bad("%s claims %d bytes, %d remain" % (_OPNAMES[c], k, n - i))
-            if c == 0x8a:
-                if k > 9:
-                    raise bad("LONG1 integer of %d bytes (a dump holds 64-bit counters)" % k)
-                cost += _ALLOC_SCALAR
-            elif c in _STR_OPS:
-                cost += _ALLOC_STR + (k if k < 16 or data[i:i + k].isascii() else 4 * k)
-            else:
-                cost += _ALLOC_BYTES + k
-            i += k
-            push(_SCALAR)
-        elif c in fixed:
-            i += fixed[c]
-            if i > n:
-                raise bad("%s truncated" % _OPNAMES[c])
-            if c != 0x4b and c != 0x4e:
-                cost += _ALLOC_SCALAR
-            push(_SCALAR)
-        elif c == 0x28:  # MARK
-            marks.append(len(stack))
-        elif c == 0x7d:  # EMPTY_DICT
-            push([_DICT, 1, 1])
-            cost += _ALLOC_DICT
-        elif c == 0x5d:  # EMPTY_LIST
-            push([_LIST, 1, 1])
-            cost += _ALLOC_LIST
-        elif c == 0x75 or c == 0x73:  # SETITEMS, SETITEM
-            items = take_mark() if c == 0x75 else take(2)
-            if len(items) % 2 or any(items[::2]):
-                raise bad("%s with a non-scalar key" % _OPNAMES[c])
-            add_to_top(_DICT, items)
-            cost += _ITEM_DICT * len(items)
-        elif c == 0x61 or c == 0x65:  # APPEND, APPENDS
-            items = take(1) if c == 0x61 else take_mark()
-            add_to_top(_LIST, items)
-            cost += _ITEM_LIST * len(items)
-        elif c in (0x85, 0x86, 0x87, 0x74, 0x29):  # TUPLE1-3, TUPLE, EMPTY_TUPLE
-            items = take_mark() if c == 0x74 else () if c == 0x29 else take(c - 0x84)
-            if items:
-                h, nodes = measure(items)
-                push([_TUPLE, h, nodes + 1])
-                cost += _ALLOC_TUPLE + _ITEM_TUPLE * len(items)
-            else:
-                push(_EMPTY_TUPLE)
-        elif c == 0x71 or c == 0x72:  # BINPUT, LONG_BINPUT
-            w = 1 if c == 0x71 else 4
-            if i + w > n:
-                raise bad("%s truncated" % _OPNAMES[c])
-            k = int.from_bytes(data[i:i + w], "little")
-            i += w
-            if k > len(memo):
-                raise bad("%s memo index %d out of order (memo holds %d)" % (_OPNAMES[c], k, len(memo)))
-            if len(stack) <= (marks[-1] if marks else 0):
-                raise bad("%s with nothing to store" % _OPNAMES[c])
-            if k == len(memo):
+            if c == 0x94:  # MEMOIZE
+                if len(stack) <= (marks[-1] if marks else 0):
+                    raise bad("MEMOIZE with nothing to store")
                 memo.append(stack[-1])
                 cost += _ALLOC_MEMO
+            elif c in fixed:
+                i += fixed[c]
+                if i > n:
+                    raise IndexError
+                if c != 0x4b and c != 0x4e:
+                    cost += _ALLOC_SCALAR
+                push(_SCALAR)
+                continue
+            elif c == 0x28:  # MARK
+                marks.append(len(stack))
+                continue
+            elif c in counted:
+                w = counted[c]
+                if i + w > n:
+                    raise IndexError
+                k = data[i] if w == 1 else int.from_bytes(data[i:i + w], "little")
+                i += w
+                if k > n - i:
+                    raise bad("%s claims %d bytes, %d remain" % (_OPNAMES[c], k, n - i))
+                if c == 0x8a:
+                    if k > 9:
+                        raise bad("LONG1 integer of %d bytes (a dump holds 64-bit counters)" % k)
+                    cost += _ALLOC_SCALAR
+                elif c in _STR_OPS:
+                    cost += _ALLOC_STR + (k if k < 16 or data[i:i + k].isascii() else 4 * k)
+                else:
+                    cost += _ALLOC_BYTES + k
+                i += k
+                push(_SCALAR)
+            elif c == 0x7d:  # EMPTY_DICT
+                push([_DICT, 1, 1])
+                cost += _ALLOC_DICT
+            elif c == 0x5d:  # EMPTY_LIST
+                push([_LIST, 1, 1])
+                cost += _ALLOC_LIST
+            elif c == 0x75 and marks:  # SETITEMS (inlined: a real dump's every dict)
+                k = marks.pop()
+                items = stack[k:]
+                del stack[k:]
+                if len(items) % 2 or any(items[::2]):
+                    raise bad("SETITEMS with a non-scalar key")
+                if k <= (marks[-1] if marks else 0) or not stack[-1] or stack[-1][0] != _DICT:
+                    raise bad("SETITEMS to a non-dict")
+                t = stack[-1]
+                if any(items):
+                    h, nodes = measure(items)
+                    if h > t[1]:
+                        t[1] = h
+                    t[2] += nodes
+                else:
+                    t[2] += len(items)
+                cost += _ITEM_DICT * len(items)
+            elif c == 0x75 or c == 0x73:  # SETITEMS without MARK (refused by take_mark), SETITEM
+                items = take_mark() if c == 0x75 else take(2)
+                if len(items) % 2 or any(items[::2]):
+                    raise bad("%s with a non-scalar key" % _OPNAMES[c])
+                add_to_top(_DICT, items)
+                cost += _ITEM_DICT * len(items)
+            elif c == 0x61 or c == 0x65:  # APPEND, APPENDS
+                items = take(1) if c == 0x61 else take_mark()
+                add_to_top(_LIST, items)
+                cost += _ITEM_LIST * len(items)
+            elif c in (0x85, 0x86, 0x87, 0x74, 0x29):  # TUPLE1-3, TUPLE, EMPTY_TUPLE
+                items = take_mark() if c == 0x74 else () if c == 0x29 else take(c - 0x84)
+                if items:
+                    h, nodes = measure(items)
+                    push([_TUPLE, h, nodes + 1])
+                    cost += _ALLOC_TUPLE + _ITEM_TUPLE * len(items)
+                else:
+                    push(_EMPTY_TUPLE)
+            elif c == 0x71 or c == 0x72:  # BINPUT, LONG_BINPUT
+                w = 1 if c == 0x71 else 4
+                if i + w > n:
+                    raise IndexError
+                k = int.from_bytes(data[i:i + w], "little")
+                i += w
+                if k > len(memo):
+                    raise bad("%s memo index %d out of order (memo holds %d)" % (_OPNAMES[c], k, len(memo)))
+                if len(stack) <= (marks[-1] if marks else 0):
+                    raise bad("%s with nothing to store" % _OPNAMES[c])
+                if k == len(memo):
+                    memo.append(stack[-1])
+                    cost += _ALLOC_MEMO
+                else:
+                    memo[k] = stack[-1]
+            elif c == 0x6a:  # LONG_BINGET
+                if i + 4 > n:
+                    raise IndexError
+                get(int.from_bytes(data[i:i + 4], "little"))
+                i += 4
+            elif c == 0x80:  # PROTO
+                if not 2 <= data[i] <= 5:
+                    raise bad("protocol %d (a dump uses 2-5)" % data[i])
+                i += 1
+            elif c == 0x95:  # FRAME
+                if i + 8 > n or int.from_bytes(data[i:i + 8], "little") > n - i - 8:
+                    raise bad("FRAME larger than the rest of the input")
+                i += 8
+            elif c == 0x30:  # POP
+                take(1)
+            elif c == 0x31:  # POP_MARK
+                take_mark()
+            elif c == 0x2e:  # STOP
+                if len(stack) != 1 or marks:
+                    raise bad("STOP with %d objects on the stack" % len(stack))
+                return
+            elif c in _OBJECT_OPS:
+                raise bad("global/object opcode %s refused (a Flight Recorder dump holds none)" % _OBJECT_OPS[c])
             else:
-                memo[k] = stack[-1]
-        elif c == 0x6a:  # LONG_BINGET
-            if i + 4 > n:
-                raise bad("LONG_BINGET truncated")
-            get(int.from_bytes(data[i:i + 4], "little"))
-            i += 4
-        elif c == 0x80:  # PROTO
-            if i >= n or not 2 <= data[i] <= 5:
-                raise bad("protocol %s (a dump uses 2-5)" % (data[i] if i < n else "?"))
-            i += 1
-        elif c == 0x95:  # FRAME
-            if i + 8 > n or int.from_bytes(data[i:i + 8], "little") > n - i - 8:
-                raise bad("FRAME larger than the rest of the input")
-            i += 8
-        elif c == 0x30:  # POP
-            take(1)
-        elif c == 0x31:  # POP_MARK
-            take_mark()
-        elif c == 0x2e:  # STOP
-            if len(stack) != 1 or marks:
-                raise bad("STOP with %d objects on the stack" % len(stack))
-            return
-        elif c in _OBJECT_OPS:
-            raise bad("global/object opcode %s refused (a Flight Recorder dump holds none)" % _OBJECT_OPS[c])
-        else:
-            raise bad("opcode 0x%02x is not used by a Flight Recorder dump" % c)
-        if cost > budget:
-            raise bad("would allocate over %d bytes (%dx its size)" % (budget, MAX_EXPANSION))
+                raise bad("opcode 0x%02x is not used by a Flight Recorder dump" % c)
+            if cost > budget:
+                raise bad("would allocate over %d bytes (%dx its size)" % (budget, MAX_EXPANSION))
+    except IndexError:
+        if at >= n:
+            raise bad("no STOP opcode (truncated)") from None
+        if c in (0x68, 0x6a) and at + (2 if c == 0x68 else 5) <= n:
+            raise bad("%s of a memo index never stored" % _OPNAMES[c]) from None
+        raise bad("%s truncated" % _OPNAMES.get(c, "opcode 0x%02x" % c)) from None
 
 
 _JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
@@ -425,9 +446,15 @@ def parse_flightrec(data: bytes, name: str, rank: Optional[int] = None) -> FRDum
             d.warnings.append("%s: %s[%r] is not a mapping; ignored" % (name, key, k))
             del v[k]
         setattr(d, key, v)
+    kept = []  # raw is re-written for torchfrtrace: only mappings stay in it
     for i, e in enumerate(doc["entries"]):
+        if not isinstance(e, dict):
+            d.warnings.append("%s: entry %d skipped (a %s, not a mapping)" % (name, i, type(e).__name__))
+            continue
+        kept.append(e)
         try:
             d.entries.append(_entry(e))
         except (TypeError, ValueError, AttributeError, KeyError, IndexError, OverflowError, RecursionError) as err:
             d.warnings.append("%s: entry %d skipped (%s: %s)" % (name, i, type(err).__name__, err))
+    doc["entries"] = kept
     return d
