@@ -63,6 +63,7 @@ from typing import Dict, List, Mapping, Optional, Tuple
 
 from hpc_hangkit import layout
 from hpc_hangkit import slurm
+from hpc_hangkit.capture import is_why_data
 
 log = logging.getLogger("hpc_hangkit.batch")
 
@@ -188,17 +189,6 @@ def _captured_files(hd_dir: str) -> Dict[str, dict]:
                 continue
             out[rel] = {"size": size, "offset": off, "data": data}
     return out
-
-
-#: how every why-file starts (``capture.unavailable_line``: ``hpc-hangkit: <tool> unavailable: <why>``)
-WHY_PREFIX = b"hpc-hangkit: "
-
-
-def is_why_data(data: bytes) -> bool:
-    """True if ``data`` is a one-line why-file (a tool could not produce its output),
-    not real captured output."""
-    return data.startswith(WHY_PREFIX) and b" unavailable: " in data[:200] \
-        and data.rstrip(b"\n").count(b"\n") == 0
 
 
 def _real_outputs(hd_dir: str) -> Dict[str, bytes]:

@@ -94,9 +94,30 @@ def unavailable_line(tool: str, why: str) -> str:
     return "hpc-hangkit: %s unavailable: %s\n" % (tool, why)
 
 
+#: how every why-file starts (:func:`unavailable_line`)
+WHY_PREFIX = b"hpc-hangkit: "
+
+
+def is_why_data(data: bytes) -> bool:
+    """True if ``data`` is a one-line why-file (a tool could not produce its output),
+    not real captured output."""
+    return data.startswith(WHY_PREFIX) and b" unavailable: " in data[:200] \
+        and data.rstrip(b"\n").count(b"\n") == 0
+
+
 def write_why_file(path: str, tool: str, why: str) -> str:
-    """Write the one-line why-file at ``path`` (parents created); returns ``path``."""
+    """Write the one-line why-file at ``path`` (parents created); returns ``path``.
+
+    Real output already at ``path`` (an earlier capture where the tool worked) is
+    kept: a later failure never replaces evidence with an excuse."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+        if head and not is_why_data(head):
+            return path
+    except OSError:
+        pass
     with open(path, "w") as f:
         f.write(unavailable_line(tool, why))
     return path

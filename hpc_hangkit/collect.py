@@ -42,6 +42,7 @@ import sys
 import time
 
 from hpc_hangkit import layout
+from hpc_hangkit.capture import is_why_data
 
 __all__ = [
     "DEFAULT_BUDGET_S",
@@ -1401,10 +1402,10 @@ def _write_docs(text, hd_root, host_order=None):
             if rel in seen:
                 with open(os.path.join(hd_root, *parts), "rb") as fh:
                     old = fh.read()
-                if old.startswith(data) or (batch.is_why_data(data) and not batch.is_why_data(old)):
+                if old.startswith(data) or (is_why_data(data) and not is_why_data(old)):
                     continue            # a copy (e.g. the monitor's) of a longer original,
                     #                     or only a why-file where real output exists
-                if batch.is_why_data(old) and not batch.is_why_data(data):
+                if is_why_data(old) and not is_why_data(data):
                     pass                # real output replaces a why-file
                 elif not data.startswith(old):
                     rel = _alt_name(rel, host)      # really different: keep both

@@ -132,3 +132,18 @@ def test_monitor_loop_events_and_confirm_once(tmp_path):
 def test_event_log_survives_unwritable_path(tmp_path):
     (tmp_path / "f").write_text("")
     EventLog(str(tmp_path / "f" / "events.jsonl")).write("x", a=1)  # a file as parent dir: logged, no raise
+
+
+def test_why_file_never_replaces_real_output(tmp_path):
+    from hpc_hangkit.capture import is_why_data, write_why_file
+
+    real = tmp_path / "stack_traces" / "rank_0.log"
+    real.parent.mkdir()
+    real.write_bytes(b"Process 12: python train.py\nThread 12 (idle): \"MainThread\"\n    f (train.py:3)\n")
+    write_why_file(str(real), "py-spy", "ptrace refused")
+    assert not is_why_data(real.read_bytes())            # the earlier real dump is kept
+    fresh = tmp_path / "stack_traces" / "rank_1.log"
+    write_why_file(str(fresh), "py-spy", "ptrace\nrefused")
+    assert fresh.read_bytes() == b"hpc-hangkit: py-spy unavailable: ptrace refused\n"
+    write_why_file(str(fresh), "py-spy", "timed out")     # a why-file may replace a why-file
+    assert fresh.read_bytes() == b"hpc-hangkit: py-spy unavailable: timed out\n"
