@@ -137,35 +137,40 @@ _ITEM_LIST, _ITEM_DICT, _ITEM_TUPLE = 12, 24, 8
 def _scan_pickle(data: bytes, name: str) -> None:
     """Refuse (FRParseError naming ``name`` and the byte offset) a pickle that is not a plain
     protocol 2-5 pickle of containers and scalars bounded by its own size; see the module doc.
-    A byte loop over the opcodes that decodes nothing (~1 us an opcode). It tracks each
-    container's height (refused over :data:`MAX_DEPTH`) and node count; a second reference
-    (memo GET) to a list or dict is refused (real dumps share none, and only they can form
-    a cycle), one to a tuple (Python shares equal-content tuples, e.g. ``process_group``)
-    is charged its whole node count, so a doubling DAG of tuples exceeds the budget."""
+    A byte loop over the opcodes that decodes nothing (~0.2 us an opcode, the frequent ones
+    inlined). It tracks each container's height (refused over :data:`MAX_DEPTH`) and node
+    count; a second reference (memo GET) to a list or dict is refused (real dumps share none,
+    and only they can form a cycle), one to a tuple (Python shares equal-content tuples, e.g.
+    ``process_group``) is charged its whole node count, so a doubling DAG of tuples exceeds
+    the budget."""
     n = len(data)
     budget = MAX_EXPANSION * n + (64 << 10)
     cost = 0
     stack: list = []
-    marks: list = []
+    marks: list = []  # the enclosing marks' stack positions; the innermost is `mk`
+    mk = 0            # stack position of the innermost mark (0 without one: the same floor)
     memo: list = []
     at = i = 0
-    push, fixed, counted = stack.append, _FIXED_SCALAR, _COUNTED
+    c = 0
+    push, pop, fixed, counted, remember = stack.append, stack.pop, _FIXED_SCALAR, _COUNTED, memo.append
 
     def bad(why):
         return FRParseError("%s: pickle refused at byte %d: %s (%d bytes)" % (name, at, why, n))
 
-    def take(k):  # pop k items above the last mark
-        if len(stack) - (marks[-1] if marks else 0) < k:
+    def take(k):  # pop k items above the innermost mark
+        if len(stack) - mk < k:
             raise bad("%s: stack underflow" % _OPNAMES[c])
         out = stack[len(stack) - k:]
         del stack[len(stack) - k:]
         return out
 
-    def take_mark():
+    def take_mark():  # pop the items above the innermost mark, and the mark
+        nonlocal mk
         if not marks:
             raise bad("%s without MARK" % _OPNAMES[c])
-        out = stack[marks[-1]:]
-        del stack[marks.pop():]
+        out = stack[mk:]
+        del stack[mk:]
+        mk = marks.pop()
         return out
 
     def measure(items):  # (height, nodes) of the items as children
@@ -182,13 +187,16 @@ def _scan_pickle(data: bytes, name: str) -> None:
         return h + 1, nodes
 
     def add_to_top(want, items):
-        if len(stack) <= (marks[-1] if marks else 0) or not stack[-1] or stack[-1][0] != want:
+        if len(stack) <= mk or not stack[-1] or stack[-1][0] != want:
             raise bad("%s to a non-%s" % (_OPNAMES[c], "list" if want == _LIST else "dict"))
-        h, nodes = measure(items)
         t = stack[-1]
-        if h > t[1]:
-            t[1] = h
-        t[2] += nodes
+        if any(items):
+            h, nodes = measure(items)
+            if h > t[1]:
+                t[1] = h
+            t[2] += nodes
+        else:
+            t[2] += len(items)
 
     def get(k):  # push memo[k]; a container only if it is a tuple, charged its node count
         nonlocal cost
@@ -199,7 +207,6 @@ def _scan_pickle(data: bytes, name: str) -> None:
             cost += 8 * v[2]
         push(v)
 
-    c = 0
     try:
         while True:  # an IndexError below is a truncated input or a memo index never stored
             at = i
@@ -214,22 +221,47 @@ def _scan_pickle(data: bytes, name: str) -> None:
                 continue
             i += 1
             if c == 0x94:  # MEMOIZE
-                if len(stack) <= (marks[-1] if marks else 0):
+                if len(stack) <= mk:
                     raise bad("MEMOIZE with nothing to store")
-                memo.append(stack[-1])
+                remember(stack[-1])
                 cost += _ALLOC_MEMO
-            elif c in fixed:
+            elif c in fixed:  # BININT*, BINFLOAT, NONE, NEWTRUE, NEWFALSE
                 i += fixed[c]
                 if i > n:
                     raise IndexError
-                if c != 0x4b and c != 0x4e:
-                    cost += _ALLOC_SCALAR
                 push(_SCALAR)
-                continue
+                if c == 0x4b or c == 0x4e or c == 0x89 or c == 0x88:
+                    continue
+                cost += _ALLOC_SCALAR
             elif c == 0x28:  # MARK
-                marks.append(len(stack))
+                marks.append(mk)
+                mk = len(stack)
                 continue
-            elif c in counted:
+            elif c == 0x5d:  # EMPTY_LIST
+                push([_LIST, 1, 1])
+                cost += _ALLOC_LIST
+            elif c == 0x7d:  # EMPTY_DICT
+                push([_DICT, 1, 1])
+                cost += _ALLOC_DICT
+            elif c == 0x61:  # APPEND
+                if len(stack) - mk < 2 or not stack[-2] or stack[-2][0] != _LIST:
+                    raise bad("APPEND to a non-list" if len(stack) - mk >= 2 else "APPEND: stack underflow")
+                x = pop()
+                if x:
+                    add_to_top(_LIST, (x,))
+                else:
+                    stack[-1][2] += 1
+                cost += _ITEM_LIST
+            elif c == 0x75 and marks:  # SETITEMS (a real dump's every dict)
+                k = mk
+                items = stack[k:]
+                del stack[k:]
+                mk = marks.pop()
+                if len(items) % 2 or any(items[::2]):
+                    raise bad("SETITEMS with a non-scalar key")
+                add_to_top(_DICT, items)
+                cost += _ITEM_DICT * len(items)
+            elif c in counted:  # strings, bytes, LONG1
                 w = counted[c]
                 if i + w > n:
                     raise IndexError
@@ -247,37 +279,14 @@ def _scan_pickle(data: bytes, name: str) -> None:
                     cost += _ALLOC_BYTES + k
                 i += k
                 push(_SCALAR)
-            elif c == 0x7d:  # EMPTY_DICT
-                push([_DICT, 1, 1])
-                cost += _ALLOC_DICT
-            elif c == 0x5d:  # EMPTY_LIST
-                push([_LIST, 1, 1])
-                cost += _ALLOC_LIST
-            elif c == 0x75 and marks:  # SETITEMS (inlined: a real dump's every dict)
-                k = marks.pop()
-                items = stack[k:]
-                del stack[k:]
-                if len(items) % 2 or any(items[::2]):
-                    raise bad("SETITEMS with a non-scalar key")
-                if k <= (marks[-1] if marks else 0) or not stack[-1] or stack[-1][0] != _DICT:
-                    raise bad("SETITEMS to a non-dict")
-                t = stack[-1]
-                if any(items):
-                    h, nodes = measure(items)
-                    if h > t[1]:
-                        t[1] = h
-                    t[2] += nodes
-                else:
-                    t[2] += len(items)
-                cost += _ITEM_DICT * len(items)
             elif c == 0x75 or c == 0x73:  # SETITEMS without MARK (refused by take_mark), SETITEM
                 items = take_mark() if c == 0x75 else take(2)
                 if len(items) % 2 or any(items[::2]):
                     raise bad("%s with a non-scalar key" % _OPNAMES[c])
                 add_to_top(_DICT, items)
                 cost += _ITEM_DICT * len(items)
-            elif c == 0x61 or c == 0x65:  # APPEND, APPENDS
-                items = take(1) if c == 0x61 else take_mark()
+            elif c == 0x65:  # APPENDS
+                items = take_mark()
                 add_to_top(_LIST, items)
                 cost += _ITEM_LIST * len(items)
             elif c in (0x85, 0x86, 0x87, 0x74, 0x29):  # TUPLE1-3, TUPLE, EMPTY_TUPLE
@@ -296,10 +305,10 @@ def _scan_pickle(data: bytes, name: str) -> None:
                 i += w
                 if k > len(memo):
                     raise bad("%s memo index %d out of order (memo holds %d)" % (_OPNAMES[c], k, len(memo)))
-                if len(stack) <= (marks[-1] if marks else 0):
+                if len(stack) <= mk:
                     raise bad("%s with nothing to store" % _OPNAMES[c])
                 if k == len(memo):
-                    memo.append(stack[-1])
+                    remember(stack[-1])
                     cost += _ALLOC_MEMO
                 else:
                     memo[k] = stack[-1]
