@@ -67,12 +67,20 @@ def _read_nofollow(path: str, limit: int = 256 << 20) -> bytes:
 
 
 def _registrations(scratch: str) -> List[dict]:
+    """The trigger files under ``scratch`` (written by the ranks: hostile input). A pid/tid that is
+    not a positive process id (pid 1 and negative pids included: kill(-1) is every process), a
+    negative rank, or a signal that is not a catchable signal name is refused with a warning."""
     out = []
     for p in sorted(glob.glob(os.path.join(scratch, FR_DIR, TRIGGER_DIR, "rank_*.pid*"))):
         try:
             kv = dict(x.split("=", 1) for x in _read_nofollow(p, 4096).decode().split() if "=" in x)
-            out.append({"pid": int(kv["pid"]), "tid": int(kv["tid"]), "signal": kv.get("signal", "SIGWINCH"),
-                        "rank": None if kv.get("rank", "x") == "x" else int(kv["rank"]), "path": p})
+            reg = {"pid": int(kv["pid"]), "tid": int(kv["tid"]), "signal": kv.get("signal", "SIGWINCH"),
+                   "rank": None if kv.get("rank", "x") == "x" else int(kv["rank"]), "path": p}
+            if not (1 < reg["pid"] < 1 << 22 and 0 < reg["tid"] < 1 << 22) or (reg["rank"] or 0) < 0:
+                raise ValueError("pid %r tid %r rank %r out of range" % (reg["pid"], reg["tid"], reg["rank"]))
+            if reg["signal"] not in signal.Signals.__members__ or reg["signal"] in ("SIGKILL", "SIGSTOP"):
+                raise ValueError("signal %r is not a trigger signal" % (reg["signal"][:40],))
+            out.append(reg)
         except (OSError, ValueError, KeyError) as e:
             log.warning("Flight Recorder trigger file %s unreadable: %s", p, e)
     return out
@@ -106,7 +114,7 @@ def dump_ranks(scratch: str, hd_dir: str, ranks=None, timeout_s: float = DUMP_TI
     out: Dict[int, str] = {}
     for rank, r in sorted(regs.items()):
         try:
-            _tgkill(r["pid"], r["tid"], int(getattr(signal, r["signal"], signal.SIGWINCH)))
+            _tgkill(r["pid"], r["tid"], int(signal.Signals[r["signal"]]))
             pending[rank] = r
         except OSError as e:
             out[rank] = _write_json(os.path.join(dst_dir, "rank_%d.json" % rank),

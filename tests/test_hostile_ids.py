@@ -241,3 +241,42 @@ def test_no_command_is_built_through_a_shell():
                         if bad.search(line):
                             hits.append("%s:%d: %s" % (os.path.relpath(os.path.join(d, n), root), i, line.strip()))
     assert not hits, hits
+
+
+# --- Flight Recorder trigger files (written by the ranks) name the processes to signal -----
+
+@pytest.mark.parametrize("text", ["pid=1 tid=1 signal=SIGWINCH rank=0",          # init
+                                  "pid=-1 tid=5 signal=SIGWINCH rank=0",         # kill(-1): every process
+                                  "pid=0 tid=5 signal=SIGWINCH rank=0",          # the process group
+                                  "pid=99999999 tid=5 signal=SIGWINCH rank=0",
+                                  "pid=%d tid=0 signal=SIGWINCH rank=0" % os.getpid(),
+                                  "pid=%d tid=1 signal=SIGKILL rank=0" % os.getpid(),
+                                  "pid=%d tid=1 signal=SIGSTOP rank=0" % os.getpid(),
+                                  "pid=%d tid=1 signal=default_int_handler rank=0" % os.getpid(),
+                                  "pid=%d tid=1 signal=Signals rank=0" % os.getpid(),
+                                  "pid=%d tid=1 signal=SIGWINCH rank=-3" % os.getpid(),
+                                  "pid=%d tid=1 signal=SIGWINCH rank=../1" % os.getpid(),
+                                  "pid=$(id) tid=1 signal=SIGWINCH rank=0"])
+def test_flight_recorder_trigger_files_cannot_aim_the_signal(tmp_path, text, caplog):
+    from hpc_hangkit import flightrec
+
+    d = tmp_path / "flight_recorder" / "trigger"
+    d.mkdir(parents=True)
+    (d / "rank_0.pid1").write_text(text + "\n")
+    assert flightrec._registrations(str(tmp_path)) == []
+    out = flightrec.dump_ranks(str(tmp_path), str(tmp_path / "hd"), ranks=[0], timeout_s=0.1)
+    assert list(out) == [0]  # a dump_error file for the rank, nothing signalled
+    assert "dump_error" in (tmp_path / "hd" / "flight_recorder" / "rank_0.json").read_text()
+
+
+def test_flight_recorder_trigger_file_of_a_real_thread_is_accepted(tmp_path):
+    import threading
+
+    from hpc_hangkit import flightrec
+
+    d = tmp_path / "flight_recorder" / "trigger"
+    d.mkdir(parents=True)
+    (d / ("rank_2.pid%d" % os.getpid())).write_text("pid=%d tid=%d signal=SIGWINCH rank=2\n"
+                                                  % (os.getpid(), threading.get_native_id()))
+    (reg,) = flightrec._registrations(str(tmp_path))
+    assert (reg["rank"], reg["signal"]) == (2, "SIGWINCH")
