@@ -100,10 +100,11 @@ MAX_DUMP_BYTES = 256 << 20
 """Largest dump parsed (bytes). A torch dump of 2,000 entries with stacks is a few MiB."""
 MAX_EXPANSION = 32
 """A pickle whose estimated allocation exceeds ``MAX_EXPANSION * len(data) + 64 KiB`` is refused
-(a 2,000-entry pickle whose strings the memo shares estimates 19x and really allocates 12x; JSON with more ``{}``/``[]`` than the same budget is refused too; other
-JSON shapes stay under ~25x)."""
+(a 2,000-entry pickle whose strings the memo shares estimates 19x and really allocates 12x;
+JSON with more ``{}``/``[]`` than the same budget is refused too; other JSON shapes stay under
+~25x)."""
 MAX_DEPTH = 16
-"""Deepest nesting accepted (a real dump nests 4 levels: doc > entries > entry > frames > frame)."""
+"""Deepest nesting accepted (a real dump nests 5 levels: doc > entries > entry > frames > frame)."""
 
 
 class _SafeUnpickler(pickle.Unpickler):
