@@ -220,3 +220,36 @@ def test_real_dumps_still_parse_alike():
             j = parse_flightrec(f.read(), "rank_%d.json" % r)
         assert [(e.pg, e.seq, e.op) for e in p.entries] == [(e.pg, e.seq, e.op) for e in j.entries]
         assert p.entries and not p.warnings and not j.warnings
+
+
+# --- what parses must also survive the analysis and the torchfrtrace rewrite --------------
+
+def test_mutated_dumps_that_parse_survive_analyse_and_the_rewrite(tmp_path):
+    import random
+    import sys
+    import warnings
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+    import fuzz
+
+    seeds = fuzz.corpus()
+    all_seeds = [s for v in seeds.values() for s in v]
+    good = []
+    for r in (1, 2, 3):
+        with open(os.path.join(FIX, "gloo_divergent_barrier", "pickle_raw", "rank_%d" % r), "rb") as f:
+            good.append(parse_flightrec(f.read(), "rank_%d" % r))
+    rng = random.Random(7)
+    parsed = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(3000):
+            data = fuzz.mutate(rng, seeds["flightrec"], all_seeds)
+            try:
+                d = parse_flightrec(data, "rank_0")
+            except FRParseError:
+                continue
+            parsed += 1
+            flightrec.analyse([d] + good)
+            for raw in flightrec.fixed_for_torchfrtrace([d] + good).values():
+                pickle.dumps(raw)
+    assert parsed > 50, parsed  # the mutations do reach the analysis
