@@ -138,7 +138,10 @@ def _header_pid_host(path: str):
 
 
 def pid_alive(pid: int) -> bool:
-    """True if a process with this pid exists (zombies count as gone)."""
+    """True if a process with this pid exists (zombies count as gone).  A pid below 2
+    (init, or the "every process" of ``kill(-1, 0)``) is never a rank: False."""
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid < 2:
+        return False
     try:
         with open("/proc/%d/stat" % pid) as f:
             state = f.read().rsplit(")", 1)[1].split()[0]
@@ -164,6 +167,8 @@ def discover_ranks(scratch: str, host: Optional[str] = None, alive_only: bool = 
     found: Dict[int, tuple] = {}  # rank -> (mtime, RankProc)
 
     def offer(rp: RankProc, path: str):
+        if not isinstance(rp.pid, int) or rp.pid < 2 or rp.rank < 0:  # hostile record: never aim tools at init
+            return
         if rp.host and rp.host != host and rp.host.split(".")[0] != host.split(".")[0]:
             return
         if alive_only and not pid_alive(rp.pid):

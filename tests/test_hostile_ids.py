@@ -280,3 +280,10 @@ def test_flight_recorder_trigger_file_of_a_real_thread_is_accepted(tmp_path):
                                                   % (os.getpid(), threading.get_native_id()))
     (reg,) = flightrec._registrations(str(tmp_path))
     assert (reg["rank"], reg["signal"]) == (2, "SIGWINCH")
+
+
+def test_capture_never_targets_init_or_every_process():
+    from hpc_hangkit.capture import pid_alive
+
+    assert not pid_alive(-1) and not pid_alive(0) and not pid_alive(1)
+    assert pid_alive(os.getpid())
