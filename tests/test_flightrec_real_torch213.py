@@ -20,4 +20,7 @@ def test_real_torch_2_13_pickles_with_shared_frame_dicts_parse_cleanly():
         assert any(fr[2] == "sync_grads" for e in d.entries for fr in e.frames)
         dumps.append(d)
     res = analyse(dumps)
-    assert res["suspect_ranks"] == [1], res
+    # same sequence id, different collectives: rank 1 in barrier, the rest in all_reduce
+    assert res["verdict"] == "SPLIT", res
+    groups = {tuple(g["ranks"]): g["op"] for f in res["pgs"] for g in f["groups"]}
+    assert groups == {(0, 2, 3): "all_reduce", (1,): "barrier"}, res
