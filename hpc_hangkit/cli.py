@@ -28,6 +28,68 @@ def cli():
 # `hpc-hangkit --help` stays fast)
 
 
+# --- output paths: checked when the options are parsed, before any work ----------
+def _output_problem(path, kind, make_parents):
+    """Why ``path`` cannot be written, or None if it can.
+
+    ``kind``: "file" (written with open(path, "w")) or "dir" (created with
+    os.makedirs, files made inside). ``make_parents``: the command creates
+    missing parent directories itself. The test is real: a temporary file is
+    created and removed in the directory that would receive the output (or in
+    its nearest existing ancestor when parents are created), so a read-only
+    mount, /proc or a missing permission is found as the OS reports it.
+    """
+    import os
+    import tempfile
+
+    ap = os.path.abspath(path)
+    if kind == "file":
+        if os.path.isdir(ap):
+            return "it is a directory"
+        where = os.path.dirname(ap)
+    else:
+        if os.path.lexists(ap) and not os.path.isdir(ap):
+            return "it exists and is not a directory"
+        where = ap
+    if not os.path.isdir(where):
+        anc = where
+        while not os.path.lexists(anc) and os.path.dirname(anc) != anc:
+            anc = os.path.dirname(anc)
+        if not make_parents or not os.path.isdir(anc):
+            if os.path.lexists(anc) and not os.path.isdir(anc):
+                return "%s is not a directory" % anc
+            return "directory %s does not exist (create it first)" % where
+        where = anc
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".hangkit-probe-", dir=where)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        return "cannot create files in %s: %s" % (where, e.strerror or e)
+    return None
+
+
+def _output_option(kind, make_parents):
+    """A click option callback refusing (exit 2, BadParameter) an output path that cannot be written."""
+    def check(ctx, param, value):
+        if value is not None:
+            why = _output_problem(value, kind, make_parents)
+            if why:
+                raise click.BadParameter("cannot %s %s: %s" % ("write" if kind == "file" else "create", value, why),
+                                         ctx=ctx, param=param)
+        return value
+    return check
+
+
+def _write_output(path, text, option):
+    """Write ``text`` to ``path``; an OSError becomes a one-line ClickException (exit 1) naming ``option``."""
+    try:
+        with open(path, "w") as fh:
+            fh.write(text)
+    except OSError as e:
+        raise click.ClickException("cannot write %s %s: %s" % (option, path, e.strerror or e))
+
+
 # --- report (owner: hpc_hangkit/rollcall.py + render.py) ----------------------
 @cli.command("report")
 @click.argument("path", type=click.Path(exists=False))
@@ -37,12 +99,14 @@ def cli():
 @click.option("--tree", is_flag=True, help="Also print the merged call-prefix tree with rank sets on each branch "
               "(with --json: a \"tree\" key).")
 @click.option("--svg", "svg_path", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              callback=_output_option("file", make_parents=False),
               help="Write the call-prefix tree as an SVG picture to FILE.")
 @click.option("--samples", type=click.IntRange(min=1), default=None, metavar="K",
               help="How many of each rank's newest samples decide its position (default: stack_samples, 5).")
 @click.option("--world-size", type=click.IntRange(min=1), default=None, metavar="N",
               help="Number of ranks (default: from the dump headers); ranks with no data are listed as missing.")
 @click.option("--summary-out", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              callback=_output_option("file", make_parents=False),
               help="Also write the node summary of PATH (FILE should end in .summary.json) for a later merge.")
 def report_cmd(path, as_json, depth, tree, svg_path, samples, world_size, summary_out):
     """Roll call over PATH: which ranks wait where, and which went the other way.
@@ -56,7 +120,9 @@ def report_cmd(path, as_json, depth, tree, svg_path, samples, world_size, summar
     \b
     Exit status:
       0  a report was produced (whatever the verdict; it is in the output)
-      2  bad usage: PATH does not exist or holds no dumps at all
+      1  an output file (--svg, --summary-out) could not be written
+      2  bad usage: PATH does not exist or holds no dumps at all, or an
+         output file's directory is missing or not writable
     """
     import json as _json
     import os
@@ -82,11 +148,9 @@ def report_cmd(path, as_json, depth, tree, svg_path, samples, world_size, summar
         sys.exit(2)
     rep = rollcall.report_from_summary_and_dir(summary, path, depth=depth, world_size=world_size)
     if summary_out:
-        with open(summary_out, "w") as fh:
-            _json.dump(summary, fh, separators=(",", ":"))
+        _write_output(summary_out, _json.dumps(summary, separators=(",", ":")), "--summary-out")
     if svg_path:
-        with open(svg_path, "w") as fh:
-            fh.write(render.render_svg(rep))
+        _write_output(svg_path, render.render_svg(rep), "--svg")
     if as_json:
         click.echo(render.render_json(rep, tree=tree), nl=False)
     else:
@@ -116,9 +180,10 @@ def report_cmd(path, as_json, depth, tree, svg_path, samples, world_size, summar
               help="seconds without checkpoint() before a rank's watchdog dumps its stack (and between dumps).")
 @click.option("--pyspy-path", "pyspy_path", default=None, metavar="PATH",
               help="py-spy executable used at capture (default: py-spy on PATH).")
-@click.option("--out", "out_dir", default=None, metavar="DIR",
+@click.option("--out", "out_dir", default=None, metavar="DIR", callback=_output_option("dir", make_parents=True),
               help="output directory (default ./hangkit-run-<UTC time>): DIR/hang_detector/ and the ranks' scratch.")
 @click.option("--json-out", "json_out", default=None, metavar="FILE",
+              callback=_output_option("file", make_parents=True),
               help="also write the roll call JSON (report.json, schema v1) here.")
 @click.option("--grace", "grace_s", type=float, default=10.0, show_default=True, metavar="S",
               help="fail mode: seconds between SIGTERM and SIGKILL to the job's process group.")
@@ -143,10 +208,18 @@ def run_cmd(mode, confirm_duration_s, poll_interval_s, suspect_after_s, report_e
     \b
     Exit status:
       the job's own status (128+N if killed by signal N), also in observe mode
+      2    bad usage: unknown option (LAUNCHER never starts with '-'), or
+           --out / --json-out cannot be created; nothing is started or created
       3    hang confirmed and the job terminated (--mode fail)
       4    hpc-hangkit failed (bad setting, unusable --out, monitor crash)
       126  LAUNCHER not executable;  127  LAUNCHER not found
     """
+    if launcher[0].startswith("-"):
+        # ignore_unknown_options hands a misspelled option to LAUNCHER: refuse it as click would
+        ctx = click.get_current_context()
+        names = [n for p in ctx.command.get_params(ctx) for n in p.opts + p.secondary_opts
+                 if n.startswith("-")]
+        raise click.NoSuchOption(launcher[0].split("=", 1)[0], possibilities=names, ctx=ctx)
     from hpc_hangkit.run import run_command
 
     overrides = {"mode": mode, "confirm_duration_s": confirm_duration_s,
@@ -163,6 +236,7 @@ def run_cmd(mode, confirm_duration_s, poll_interval_s, suspect_after_s, report_e
               help="Attempt number (0 = first run; default: the current/newest).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (schema v1).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
+              callback=_output_option("dir", make_parents=True),
               help="Keep the gathered hang_detector/ tree in this directory.")
 @click.option("--live/--stored", "live", default=None,
               help="Force a live gather (running job) or a read from storage.")
@@ -194,7 +268,10 @@ def collect_cmd(job_id, attempt, as_json, out_dir, live, storage_url):
         raise click.ClickException(str(e))
     keep = out_dir is not None
     if keep:
-        os.makedirs(out_dir, exist_ok=True)
+        try:
+            os.makedirs(out_dir, exist_ok=True)
+        except OSError as e:
+            raise click.ClickException("cannot create --out %s: %s" % (out_dir, e.strerror or e))
     try:
         got = collect.collect_job(job_id, attempt=attempt, settings=settings, out_dir=out_dir,
                                   live=live)
@@ -250,7 +327,7 @@ def admin_group():
 
 
 @admin_group.command("build-spank")
-@click.option("--out", "out_path", default=None, metavar="FILE",
+@click.option("--out", "out_path", default=None, metavar="FILE", callback=_output_option("file", make_parents=True),
               help="where to put hangkit_spank.so (default: spank/hangkit_spank.so in the source tree)")
 @click.option("--slurm-include", default=None, metavar="DIR",
               help="directory holding slurm/spank.h (default /usr/include)")
@@ -267,6 +344,8 @@ def admin_build_spank_cmd(out_path, slurm_include):
         click.echo(admin.build_spank(out=out_path, include=slurm_include))
     except admin.AdminError as e:
         raise click.ClickException(str(e))
+    except OSError as e:
+        raise click.ClickException("cannot write %s: %s" % (e.filename or out_path, e.strerror or e))
 
 
 @admin_group.command("install")
@@ -298,6 +377,8 @@ def admin_install_cmd(default_mode, root, lib_dir, etc_dir, slurm_etc, dry_run):
             click.echo(line)
     except admin.AdminError as e:
         raise click.ClickException(str(e))
+    except OSError as e:
+        raise click.ClickException("cannot write %s: %s" % (e.filename or root, e.strerror or e))
 
 
 @admin_group.command("check")

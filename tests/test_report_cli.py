@@ -99,3 +99,33 @@ def test_console_script_entry_point():
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
     assert p.returncode == 0, p.stderr
     assert b"hpc-hangkit roll call: MISSED" in p.stdout and b"rank 1 is where the bug is" in p.stdout
+
+
+def test_unwritable_outputs_are_usage_errors(tmp_path):
+    """--svg / --summary-out that cannot be written: one line naming the path and the reason, exit 2, no traceback."""
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for opt, path, why in (("--svg", "/proc/nope/t.svg", "directory /proc/nope does not exist"),
+                           ("--summary-out", "/proc/x.summary.json", "cannot create files in /proc"),
+                           ("--svg", str(afile / "t.svg"), "is not a directory")):
+        r = CliRunner().invoke(cli, ["report", BARRIER, opt, path])
+        assert r.exit_code == 2, r.output
+        assert r.exception is None or isinstance(r.exception, SystemExit)
+        assert "Invalid value for '%s': cannot write %s: " % (opt, path) in r.output and why in r.output
+        assert "Traceback" not in r.output
+    assert sorted(os.listdir(str(tmp_path))) == ["afile"]  # the probe leaves nothing behind
+
+
+def test_write_time_failure_is_one_line(tmp_path):
+    """A path that became unwritable after the check: ClickException (exit 1) naming option, path, OS reason."""
+    import click
+    import pytest
+
+    from hpc_hangkit.cli import _write_output
+
+    with pytest.raises(click.ClickException) as ei:
+        _write_output(str(tmp_path / "gone" / "t.svg"), "<svg/>", "--svg")
+    msg = ei.value.format_message()
+    assert msg == "cannot write --svg %s: No such file or directory" % (tmp_path / "gone" / "t.svg")
+    _write_output(str(tmp_path / "t.svg"), "<svg/>", "--svg")
+    assert (tmp_path / "t.svg").read_text() == "<svg/>"
