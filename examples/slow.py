@@ -4,9 +4,12 @@ It must never be confirmed as a hang: the other ranks sit in a collective and
 disagree with rank 0 for longer than the confirm window, but rank 0 is moving
 (its stack changes between watchdog dumps), so the roll call says SLOW.
 
-    hpc-hangkit run --confirm-duration 6 -- mpiexec -n 4 python examples/slow.py --mpi
-    hpc-hangkit run --confirm-duration 6 -- \
+    hpc-hangkit run --confirm-duration 6 --poll-interval 1 -- \
+        mpiexec -n 4 python examples/slow.py --mpi
+    hpc-hangkit run --confirm-duration 6 --poll-interval 1 -- \
         python -m torch.distributed.run --nproc-per-node 4 examples/slow.py
+
+(--confirm-duration must be longer than --poll-interval, whose default is 15 s.)
 
 Rank 0 writes, fsyncs, re-reads and hashes a scratch file in chunks (like
 saving a checkpoint) for ``--io-seconds`` seconds, then joins the others.

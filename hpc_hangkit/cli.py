@@ -1,7 +1,7 @@
 """The `hpc-hangkit` command (click group).
 
 Each subcommand is a thin shell over one module; the logic lives in that module.
-Exit statuses are documented in docs/cli.md.
+Exit statuses are in each command's --help (and docs/run.md, docs/report.md).
 """
 import sys
 
@@ -390,7 +390,11 @@ def admin_install_cmd(default_mode, root, lib_dir, etc_dir, slurm_etc, dry_run):
 def admin_check_cmd(root, etc_dir, slurm_etc, as_json):
     """Find what is missing or wrong in this node's set-up and say how to fix it.
 
-    One line per check: OK, WARN or ERROR, what was found, and the fix.
+    One line per finding: OK, WARN or ERROR and what was found; a WARN or
+    ERROR is followed by an indented "fix:" line. Passing checks print an OK
+    line only for Slurm, the site config, the plugin (its build release, or
+    "build version unknown" when it cannot be read), the site default mode
+    and Prolog=/Epilog=; the other checks print nothing when they pass.
     Exit status: 0 no ERROR, 1 at least one ERROR.
     """
     import json as _json
