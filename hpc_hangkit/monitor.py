@@ -155,7 +155,7 @@ class StackSource:
         self.world_size = world_size
         self.io_bytes = io_bytes
         self._procs: Dict[str, _ProcState] = {}   # watchdog log path -> state
-        self._hb: Dict[Tuple, int] = {}           # (rank, pid) -> counter
+        self._hb: Dict[Tuple, Tuple[int, int]] = {}  # (rank, pid) -> (counter, busy)
         self._first = True
         self._host = socket.gethostname()
 
@@ -270,10 +270,17 @@ class StackSource:
         for hb in read_heartbeats(d):
             k = (hb.rank, hb.pid)
             prev = self._hb.get(k)
-            self._hb[k] = hb.counter
-            if prev is not None and prev != hb.counter:
+            busy = getattr(hb, "busy", 0)
+            self._hb[k] = (hb.counter, busy)
+            if prev is None:
+                continue
+            if prev[0] != hb.counter:
                 label = (" (%s)" % hb.label) if getattr(hb, "label", "") else ""
-                progressed[hb.rank] = "heartbeat %d->%d%s" % (prev, hb.counter, label)
+                progressed[hb.rank] = "heartbeat %d->%d%s" % (prev[0], hb.counter, label)
+            elif prev[1] != busy:
+                # its watchdog thread found the main thread running Python: computing
+                # (a tight loop's samples all show one line), not waiting in a collective
+                progressed[hb.rank] = "main thread running Python (busy %d->%d)" % (prev[1], busy)
 
     def poll(self, now: float) -> Dict[str, Tuple[bool, StackDetail]]:
         """One look at the scratch; ``{"stacks": (stalled, StackDetail)}`` or ``{}`` before any dump."""

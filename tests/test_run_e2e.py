@@ -249,3 +249,52 @@ def test_slow_rank_never_confirmed(spawn, tmp_path):
     kinds = run.kinds()
     assert "confirmed" not in kinds, run.stderr()[-3000:]
     assert not (run.hd / "report.json").exists()
+
+
+TIGHT_LOOP = '''
+import sys, time
+from mpi4py import MPI
+
+comm = MPI.COMM_WORLD
+rank = comm.Get_rank()
+
+
+def preprocess(seconds):
+    t0 = time.time()
+    acc = i = 0
+    while time.time() - t0 < seconds:
+        acc += (i * i) % 7
+        i += 1
+    return acc
+
+
+if rank == 0:
+    preprocess(float(sys.argv[1]))  # pure Python, no calls per iteration: every sample shows one line
+total = comm.allreduce(1)
+print("rank %d done %d" % (rank, total), flush=True)
+'''
+
+
+@needs_mpi
+@pytest.mark.timeout(90)
+def test_rank_computing_in_a_tight_python_loop_is_not_confirmed(spawn, tmp_path):
+    """Rank 0 spins in pure Python for 14 s (over twice the confirm window) while 1-3 wait in
+    MPI_Allreduce. Its dumps all show the loop line (a dump lands at the loop's back edge),
+    so stack samples do not move; its watchdog thread finds the main thread running Python
+    (GIL busy) and that is progress. The waiters (in C, GIL released) are not busy."""
+    script = tmp_path / "tight.py"
+    script.write_text(TIGHT_LOOP)
+    run = HangkitRun(spawn, tmp_path, ["--mode", "fail"],
+                     ["mpiexec", "-n", "4", sys.executable, str(script), "14"])
+    rc = run.wait(75)
+    assert rc == 0, run.stderr()[-4000:]
+    assert "confirmed" not in run.kinds(), run.stderr()[-3000:]
+    from hpc_hangkit.parse.heartbeat import read_heartbeats
+
+    busy = {}
+    for d in run.out.glob("scratch-*/heartbeats"):
+        busy.update({hb.rank: hb.busy for hb in read_heartbeats(str(d))})
+    # rank 0 was found running Python on most watchdog wakes (every 0.25 s for 14 s)
+    assert busy[0] >= 10, busy
+    # the waiters spin in MPI with the GIL released: a rare late wake-up may count once
+    assert all(busy[r] <= 2 for r in (1, 2, 3)), busy

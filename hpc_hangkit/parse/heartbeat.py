@@ -60,6 +60,7 @@ class Heartbeat:
     signum: int
     seq: int
     path: str
+    busy: int = 0
 
     def age_s(self, now_wall: Optional[float] = None) -> float:
         """Seconds since the last checkpoint (or arming), by the wall clock."""
@@ -71,13 +72,14 @@ def _decode(buf: bytes, path: str) -> Heartbeat:
      armed_wall_s, armed_mono_s, host) = _fmt.HB_STATIC.unpack_from(buf, 0)
     (seq,) = _fmt.HB_SEQ.unpack_from(buf, _fmt.HB_SEQ_OFFSET)
     counter, mono_s, label = _fmt.HB_DYN.unpack_from(buf, _fmt.HB_DYN_OFFSET)
+    (busy,) = struct.unpack_from("<Q", buf, _fmt.HB_BUSY_OFFSET)
     wall_s = armed_wall_s + (mono_s - armed_mono_s)
     return Heartbeat(
         rank=rank, world=world, local_rank=local_rank, pid=pid, main_tid=main_tid,
         host=host.rstrip(b"\0").decode("utf-8", "replace"), counter=counter,
         label=label.rstrip(b"\0").decode("utf-8", "replace"), wall_s=wall_s, mono_s=mono_s,
         armed_wall_s=armed_wall_s, armed_mono_s=armed_mono_s, period_s=period_s,
-        signal=_fmt.signal_name(signum), signum=signum, seq=seq, path=path)
+        signal=_fmt.signal_name(signum), signum=signum, seq=seq, path=path, busy=busy)
 
 
 def read_heartbeat(path: str, timeout_s: float = 1.0) -> Optional[Heartbeat]:
