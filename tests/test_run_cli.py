@@ -52,3 +52,17 @@ def test_output_problem_accepts_creatable_paths(tmp_path):
     assert _output_problem(str(tmp_path / "r.json"), "file", make_parents=False) is None
     assert "does not exist" in _output_problem(str(tmp_path / "a" / "r.json"), "file", make_parents=False)
     assert os.listdir(str(tmp_path)) == []
+
+
+def test_console_entry_point_refuses_before_creating(tmp_path):
+    """The user's exact command through the real entry point: exit 2, click's suggestion, no run directory."""
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "hpc_hangkit", "run", "--confirm", "6", "--", "true"],
+                       cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60,
+                       env=dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    err = p.stderr.decode()
+    assert p.returncode == 2, err
+    assert "Did you mean '--confirm-duration'?" in err and "Traceback" not in err
+    assert os.listdir(str(tmp_path)) == []
