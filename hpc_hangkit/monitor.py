@@ -282,6 +282,13 @@ class StackSource:
                 # (a tight loop's samples all show one line), not waiting in a collective
                 progressed[hb.rank] = "main thread running Python (busy %d->%d)" % (prev[1], busy)
 
+    def rebaseline(self) -> None:
+        """Forget the I/O the ranks did since the last poll (call after a capture: a rank
+        writing its Flight Recorder dump on our request is not progress)."""
+        for st in self._procs.values():
+            if st.local and not st.gone:
+                st.io = proc_io_bytes(st.pid)
+
     def poll(self, now: float) -> Dict[str, Tuple[bool, StackDetail]]:
         """One look at the scratch; ``{"stacks": (stalled, StackDetail)}`` or ``{}`` before any dump."""
         progressed: Dict[int, str] = {}
@@ -420,6 +427,14 @@ class Monitor:
             self.confirmed.append(ev)
             if self.on_confirmed:
                 self.on_confirmed(ev)
+                # what the capture made the ranks do (Flight Recorder dumps: I/O) is ours
+                for src in self.sources:
+                    rebase = getattr(src, "rebaseline", None)
+                    if rebase is not None:
+                        try:
+                            rebase()
+                        except Exception as e:  # a courtesy: never stop the loop
+                            log.debug("rebaseline of %s failed: %s", getattr(src, "name", src), e)
 
     def run(self, alive: Callable[[], bool], wait: Callable[[float], None]) -> None:
         """Poll every ``detector.poll_interval_s`` while ``alive()`` and no stop was requested.

@@ -299,3 +299,25 @@ def test_rank_computing_in_a_tight_python_loop_is_not_confirmed(spawn, tmp_path)
     assert busy[0] >= 3, busy
     # the waiters spin in MPI with the GIL released: a rare late wake-up may count once
     assert all(busy[r] <= 2 for r in (1, 2, 3)), busy
+
+
+@needs_torch
+@pytest.mark.timeout(150)
+def test_gloo_observe_capture_is_not_taken_for_progress(spawn, tmp_path, port):
+    """Observe mode on a gloo hang with Flight Recorder on: the capture makes every rank
+    write its Flight Recorder dump (tens of MB of I/O); the next polls must not call that
+    progress ("recovered"), the hang stays confirmed while the job lives."""
+    run = HangkitRun(spawn, tmp_path, ["--mode", "observe"], torchrun(port, "gloo_divergent.py"))
+    deadline = time.time() + 100
+    while time.time() < deadline and not (run.hd / "report.json").exists():
+        assert run.proc.poll() is None, run.stderr()[-4000:]
+        time.sleep(0.5)
+    assert (run.hd / "report.json").exists(), run.stderr()[-4000:]
+    assert list((run.hd / "flight_recorder").glob("rank_*.json"))  # the ranks really dumped
+    time.sleep(6)  # six more polls after the capture
+    assert run.proc.poll() is None
+    kinds = run.kinds()
+    assert "confirmed" in kinds and "recovered" not in kinds, [
+        (e["kind"], e.get("detail")) for e in run.events()][-8:]
+    run.proc.send_signal(signal.SIGINT)
+    run.wait(40)
