@@ -15,6 +15,10 @@ Measured, each in a fresh interpreter (wall and CPU of the child only):
   crashes on gloo's ``pg_config`` (KeyError in ``build_collectives``; its last line printed).
 - ``fixed/``: the copies :func:`hpc_hangkit.flightrec.write_torchfrtrace` rewrites so torchfrtrace
   can read them (timed too). Both analysers on these files: the ratio is printed here.
+- ``product/``: what the product reads: each rank's ``rank_<i>.pickle`` and the ``rank_<i>.json`` the
+  rank writes beside it (hpc_hangkit/boot/_hangkit_fr.py: the same buffer, frames included).
+  ``read_dumps`` reads the JSON and skips the pickle. Ours only (torchfrtrace reads no JSON); the ratio
+  printed is against torchfrtrace on ``fixed/``, labelled as such.
 
 Exit status 0 when both verdicts name the divergent ranks, 1 otherwise.
 """
@@ -67,6 +71,23 @@ def generate(out, ranks, entries, divergent):
         with open(os.path.join(out, "rank_%d" % r), "wb") as f:
             f.write(data)
         total += len(data)
+    return total
+
+
+def generate_product(raw, out):
+    """``out/rank_<i>.pickle`` + ``rank_<i>.json`` as an armed rank writes them, from ``raw``'s pickles."""
+    from hpc_hangkit.boot._hangkit_fr import _jsonable
+
+    os.makedirs(out, exist_ok=True)
+    total = 0
+    for name in sorted(os.listdir(raw)):
+        with open(os.path.join(raw, name), "rb") as f:
+            data = f.read()
+        j = json.dumps(_jsonable(pickle.loads(data))).encode()  # our own generated files
+        for ext, b in ((".pickle", data), (".json", j)):
+            with open(os.path.join(out, name + ext), "wb") as f:
+                f.write(b)
+        total += len(j)
     return total
 
 
@@ -146,13 +167,16 @@ def main(argv=None):
     print("bench_flightrec: %d ranks x %d entries; divergent ranks %s; %s"
           % (a.ranks, a.entries, divergent, _util.load_note()))
     base = a.keep or tempfile.mkdtemp(prefix="hk_frbench_")
-    raw, fixed = os.path.join(base, "raw"), os.path.join(base, "fixed")
+    raw, fixed, product = (os.path.join(base, x) for x in ("raw", "fixed", "product"))
     try:
-        for d in (raw, fixed):
+        for d in (raw, fixed, product):
             shutil.rmtree(d, ignore_errors=True)
         t0 = time.perf_counter()
         nbytes = generate(raw, a.ranks, a.entries, divergent)
         print("generated %d dumps, %.1f MiB, in %.1f s" % (a.ranks, nbytes / 2**20, time.perf_counter() - t0))
+
+        jbytes = generate_product(raw, product)
+        print("product layout: %d rank_<i>.json (%.1f MiB) beside the pickles" % (a.ranks, jbytes / 2**20))
 
         fix = run_child("fix", raw, fixed)
         print("write_torchfrtrace (our rewrite for torchfrtrace): wall %.2f s, CPU %.2f s (whole process)"
@@ -186,6 +210,17 @@ def main(argv=None):
                 if not (ours["minority"] == divergent and set(theirs["culprits"]) <= set(divergent)):
                     print("  note: torchfrtrace culprits %s vs divergent %s" % (theirs["culprits"], divergent))
         ours_f, theirs_f = res[fixed]
+        prod = run_child("ours", product)
+        found = prod["minority"] == divergent
+        ok &= found
+        print("\nproduct layout (rank_<i>.json + .pickle as the ranks write them; read_dumps reads the JSON):")
+        print("  ours         wall %7.2f s  CPU %7.2f s  (whole process; analysis alone %.2f s wall)  peak RSS %.0f MiB"
+              % (prod["proc_wall_s"], prod["proc_cpu_s"], prod["wall_s"], prod["maxrss_bytes"] / 2**20))
+        print("               verdict %s, smallest group %s (%s)" % (
+            prod["verdict"], prod["minority"], "the divergent ranks" if found else "WRONG"))
+        if not (theirs_f["timed_out"] or theirs_f["rc"] != 0):
+            print("  ratio torchfrtrace on fixed/ (pickles) / ours on the JSON: wall %.1fx, CPU %.1fx"
+                  % (theirs_f["wall_s"] / max(prod["proc_wall_s"], 1e-9), theirs_f["cpu_s"] / max(prod["proc_cpu_s"], 1e-9)))
         if not (theirs_f["timed_out"] or theirs_f["rc"] != 0):
             r = theirs_f["wall_s"] / max(ours_f["proc_wall_s"] + fix["proc_wall_s"], 1e-9)
             print("\nincluding our rewrite (write_torchfrtrace + ours) against torchfrtrace on its copies: %.1fx" % r)

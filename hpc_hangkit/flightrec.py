@@ -17,6 +17,7 @@ writes ``flight_recorder/rank_<r>.json`` + ``.pickle`` when signalled.
   reads (gloo's ``pg_config`` keyed by ``''`` and without sub-groups is rebuilt).
 """
 import ctypes
+import gc
 import glob
 import json
 import logging
@@ -24,11 +25,13 @@ import os
 import pickle
 import platform
 import signal
+import sys
 import time
 from typing import Dict, List, Optional
 
 from hpc_hangkit.capture import pid_alive
-from hpc_hangkit.parse.flightrec import MAX_DUMP_BYTES, FRDump, FRParseError, parse_flightrec
+from hpc_hangkit.parse.flightrec import (MAX_DUMP_BYTES, MAX_EXPANSION, FRDump, FRParseError, check_pickle_unscanned,
+                                         parse_flightrec, rank_from_name)
 from hpc_hangkit.ranges import format_ranks
 
 log = logging.getLogger("hpc_hangkit.flightrec")
@@ -172,26 +175,178 @@ def capture_hook(ctx) -> None:
 
 # --- reading and analysis ------------------------------------------------------
 
+PRECHECK_MIN_FILES = 4
+"""read_dumps forks a validator child for a batch of at least this many pickles (fewer: the opcode scan)."""
+PRECHECK_BATCH_BYTES = 64 << 20
+"""Bytes of dumps read (and held) at once by read_dumps."""
+PRECHECK_AS_SLACK = 4 << 20
+"""Address space a validated pickle may grow the child by beyond ``MAX_EXPANSION`` x its size + 64 KiB
+(allocator granularity: 1 MiB arenas, heap top padding)."""
+
+
+def _single_threaded() -> bool:
+    th = sys.modules.get("threading")
+    return th is None or th.active_count() <= 1
+
+
+def _precheck_child(blobs: List[bytes], w: int) -> None:
+    """In the forked child: per blob, limit the address space to what it has now + the budget,
+    run :func:`check_pickle_unscanned`, write b"1" (passed, in under 0.1 s + 0.5 s/MiB) or b"0"."""
+    import resource
+
+    gc.disable()  # a collection would touch (and copy) every object inherited from the parent
+    fd = os.open(os.devnull, os.O_WRONLY)  # CPython may print about hostile bytes ("SystemError: ...")
+    os.dup2(fd, 2)
+    os.close(fd)
+    page = os.sysconf("SC_PAGE_SIZE")
+    _, as_hard = resource.getrlimit(resource.RLIMIT_AS)
+    _, cpu_hard = resource.getrlimit(resource.RLIMIT_CPU)
+    cpu = 10 + 2 * sum(map(len, blobs)) // (1 << 20)  # seconds for the whole batch (SIGXCPU ends it)
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu if cpu_hard == resource.RLIM_INFINITY else min(cpu, cpu_hard),
+                                             cpu_hard))
+    for data in blobs:
+        with open("/proc/self/statm", "rb") as f:
+            vm = int(f.read().split()[0]) * page
+        lim = vm + MAX_EXPANSION * len(data) + (64 << 10) + PRECHECK_AS_SLACK
+        resource.setrlimit(resource.RLIMIT_AS, (lim if as_hard == resource.RLIM_INFINITY else min(lim, as_hard),
+                                                as_hard))
+        t0 = time.process_time()
+        try:
+            check_pickle_unscanned(data, "")
+            ok = time.process_time() - t0 < 0.1 + 0.5 * len(data) / (1 << 20)
+        except Exception:  # noqa: BLE001 -- hostile bytes: MemoryError, UnpicklingError, ...; the parent scans
+            ok = False
+        os.write(w, b"1" if ok else b"0")
+
+
+def _precheck_verdicts(blobs: List[bytes]):
+    """Yield, per pickle in ``blobs``, True when it passed :func:`check_pickle_unscanned` in a forked
+    child whose address space (RLIMIT_AS: + ``MAX_EXPANSION`` x the pickle + 64 KiB +
+    :data:`PRECHECK_AS_SLACK`) and CPU time (RLIMIT_CPU) are limited; the caller then unpickles it
+    without the opcode scan. False for a refused pickle, for all after the child died, and for every
+    one when no child can be forked (fewer than :data:`PRECHECK_MIN_FILES`, no fork, no /proc, or
+    other threads in this process: a forked child inherits their locks)."""
+    if len(blobs) < PRECHECK_MIN_FILES or not hasattr(os, "fork") or not os.path.exists("/proc/self/statm") \
+            or not _single_threaded():
+        for _ in blobs:
+            yield False
+        return
+    r, w = os.pipe()
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(r)
+        os.close(w)
+        for _ in blobs:
+            yield False
+        return
+    if pid == 0:  # the child: never returns into the caller's code
+        code = 1
+        try:
+            os.close(r)
+            _precheck_child(blobs, w)
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(w)
+    try:
+        got, eof = b"", False
+        for i in range(len(blobs)):
+            while len(got) <= i and not eof:
+                chunk = os.read(r, 65536)
+                eof = not chunk
+                got += chunk
+            yield got[i:i + 1] == b"1"
+    finally:
+        os.close(r)
+        try:
+            os.kill(pid, signal.SIGKILL)  # still our unreaped child: the pid cannot have been reused
+        except OSError:
+            pass
+        os.waitpid(pid, 0)
+
+
+def _batches(paths: List[str]):
+    """Consecutive runs of ``paths`` of at most :data:`PRECHECK_BATCH_BYTES` (by size on disk)."""
+    cur, size = [], 0
+    for p in paths:
+        try:
+            n = os.lstat(p).st_size
+        except OSError:
+            n = 0
+        if cur and size + n > PRECHECK_BATCH_BYTES:
+            yield cur
+            cur, size = [], 0
+        cur.append(p)
+        size += n
+    if cur:
+        yield cur
+
+
 def read_dumps(d: str) -> (List[FRDump], List[str]):
     """Parse every dump under ``d`` (``rank_<i>.json`` preferred over ``.pickle``; other names with a
-    trailing rank number too). Returns (dumps sorted by rank, warnings)."""
+    trailing rank number too). Returns (dumps sorted by rank, warnings: one per file skipped, naming
+    it and the byte offset).
+
+    A file is not read when the same rank's dump already parsed without ``dump_error`` (the ranks
+    write ``rank_<i>.json`` and ``.pickle`` of the same buffer; the JSON is read first, so a broken
+    pickle beside a good JSON gives no warning). Pickles are checked by a forked child
+    (:func:`_precheck_verdicts`: ~3x cheaper than the opcode scan of
+    :func:`~hpc_hangkit.parse.flightrec.parse_flightrec`, and on the other core); one it refuses is
+    parsed with the scan, which names the byte offset. Every pickle both accept gives the same dump;
+    the child's check is by the decoded objects (plain types, scalar keys, no shared list or dict,
+    depth), so it also accepts plain pickles the scan's opcode whitelist refuses (LONG4 integers,
+    protocol 0/1 opcodes), within its memory and CPU bounds."""
     files = [p for p in sorted(glob.glob(os.path.join(d, "*"))) if os.path.isfile(p) and not os.path.islink(p)]
     by_rank: Dict[int, FRDump] = {}
     warns: List[str] = []
-    for p in sorted(files, key=lambda p: (p.endswith(".pickle"), p)):
+
+    def have(name):
+        r = rank_from_name(name)
+        return r is not None and r in by_rank and by_rank[r].error is None
+
+    gc_was = gc.isenabled()
+    gc.disable()  # the decoded dumps are trees (no cycle to collect): collections cost 2x the parse
+    try:
+        return _read_batches(files, by_rank, warns, have)
+    finally:
+        if gc_was:
+            gc.enable()
+
+
+def _read_batches(files, by_rank, warns, have):
+    for batch in _batches(sorted(files, key=lambda p: (p.endswith(".pickle"), p))):
+        items = []
+        for p in batch:
+            name = os.path.basename(p)
+            if have(name):
+                continue
+            try:  # one byte over the parser's cap, so an oversized file is named as such, not as truncated
+                data = _read_nofollow(p, MAX_DUMP_BYTES + 1)
+            except OSError as e:
+                warns.append("warning: %s" % e)
+                continue
+            items.append((name, data, data[:1] == b"\x80" and len(data) <= MAX_DUMP_BYTES))
+        verdicts = _precheck_verdicts([data for name, data, pickle_ in items if pickle_])
         try:
-            # one byte over the parser's cap, so an oversized file is named as such, not as truncated
-            dump = parse_flightrec(_read_nofollow(p, MAX_DUMP_BYTES + 1), os.path.basename(p))
-        except (OSError, FRParseError) as e:
-            warns.append("warning: %s" % e)
-            continue
-        if dump.rank is None:
-            warns.append("warning: %s: no rank number in the file name; skipped" % os.path.basename(p))
-            continue
-        if dump.rank in by_rank and (by_rank[dump.rank].error is None or dump.error is not None):
-            continue
-        by_rank[dump.rank] = dump
-        warns += dump.warnings
+            for name, data, pickle_ in items:
+                ok = next(verdicts) if pickle_ else False
+                if have(name):
+                    continue
+                try:
+                    dump = parse_flightrec(data, name, prechecked=ok)
+                except FRParseError as e:
+                    warns.append("warning: %s" % e)
+                    continue
+                if dump.rank is None:
+                    warns.append("warning: %s: no rank number in the file name; skipped" % name)
+                    continue
+                if dump.rank in by_rank and (by_rank[dump.rank].error is None or dump.error is not None):
+                    continue
+                by_rank[dump.rank] = dump
+                warns += dump.warnings
+        finally:
+            verdicts.close()
     return [by_rank[r] for r in sorted(by_rank)], warns
 
 
@@ -217,17 +372,13 @@ def analyse(dumps: List[FRDump]) -> dict:
     """
     errors = {d.rank: d.error for d in dumps if d.error}
     ok = [d for d in dumps if not d.error]
-    empty = [d.rank for d in ok if not d.entries]
+    empty = [d.rank for d in ok if not d.has_entries()]
     last: Dict[str, Dict[int, object]] = {}
     descs: Dict[str, str] = {}
     for d in ok:
-        for e in d.entries:
-            if e.is_p2p:
-                continue
-            cur = last.setdefault(e.pg, {}).get(d.rank)
-            if cur is None or e.seq >= cur.seq:
-                last[e.pg][d.rank] = e
-            descs.setdefault(e.pg, e.pg_desc)
+        for pg, (e, desc) in d.last_per_pg().items():
+            last.setdefault(pg, {})[d.rank] = e
+            descs.setdefault(pg, desc)
     findings = []
     for pg, per_rank in sorted(last.items(), key=lambda kv: (kv[0].isdigit() and int(kv[0]) or 0, kv[0])):
         if all(e.retired for e in per_rank.values()) and len({e.seq for e in per_rank.values()}) == 1:

@@ -130,16 +130,22 @@ def test_text_protocol_pickle_is_not_unpickled():
         parse_flightrec(b"(lp0\n.", "rank_0")
 
 
-def test_reference_cycle_shared_list_and_doubling_tuples_refused():
+def crafted_graphs():
+    """(a list holding itself, a list to put twice, 40 doublings of a tuple, a list nested
+    MAX_DEPTH + 2 levels deep): what the decoded-object checks must refuse."""
     cyc = []
     cyc.append(cyc)
-    shared = [1, 2]
     dag = ("a", "b")
     for _ in range(40):
         dag = (dag, dag)
     deep = [1]
     for _ in range(fr.MAX_DEPTH + 1):
         deep = [deep]
+    return cyc, [1, 2], dag, deep
+
+
+def test_reference_cycle_shared_list_and_doubling_tuples_refused():
+    cyc, shared, dag, deep = crafted_graphs()
     for doc, why in (({"entries": cyc}, "second reference to a list or dict"),
                      ({"entries": [shared, shared]}, "second reference to a list or dict"),
                      ({"entries": [dag]}, "would allocate over"),

@@ -32,11 +32,24 @@ Hostile input (a dump is read by root-run code and by the report over any job's 
 
 Every refusal is an :class:`FRParseError` naming the file and the byte offset; the
 caller (:func:`hpc_hangkit.flightrec.read_dumps`) skips that file with a warning.
+
+The scan is pure Python (~5 ms for a 200-entry, 44 KB dump, 10x the unpickling). For many files,
+read_dumps instead runs :func:`check_pickle_unscanned` in a forked child whose address space and
+CPU time are limited (the C unpickler on the raw bytes, then C-speed checks of the decoded objects:
+:func:`check_decoded` and reference counts) and calls ``parse_flightrec(..., prechecked=True)``
+on the bytes that passed (docs/flight-recorder.md, "Reading dumps safely").
+
+``FRDump.entries`` is built on first use when every entry has the field types :func:`_entry`
+converts (:func:`_entries_safe`); ``FRDump.last_per_pg`` gives analyse what it needs without it.
 """
+import gc
 import io
 import json
 import pickle
 import re
+import sys
+from itertools import chain, compress, repeat
+from operator import is_
 from dataclasses import dataclass, field
 from typing import List, Optional, Tuple
 
@@ -81,7 +94,8 @@ class FREntry:
 
 @dataclass
 class FRDump:
-    """One rank's dump: ``rank`` (from the file name, or None), ``entries`` (record order),
+    """One rank's dump: ``rank`` (from the file name, or None), ``entries`` (record order; a
+    property built on first use for a well-typed dump: see :meth:`last_per_pg`),
     ``error`` (the ``dump_error`` text of a rank that could not dump), ``raw`` (the decoded
     dict, for re-writing), ``warnings``."""
 
@@ -94,6 +108,123 @@ class FRDump:
     error: Optional[str] = None
     raw: dict = field(default_factory=dict, repr=False)
     warnings: List[str] = field(default_factory=list)
+
+
+def _get_entries(self) -> List[FREntry]:
+    got = self.__dict__.get("_entries")
+    if got is None:
+        got = []
+        for i, e in enumerate(self.__dict__.pop("_lazy", ())):
+            try:  # cannot fail (_entries_safe held); if it ever did, the same warning as at parse time
+                got.append(_entry(e))
+            except _ENTRY_ERRORS as err:
+                self.warnings.append("%s: entry %d skipped (%s: %s)" % (self.name, i, type(err).__name__, err))
+        self.__dict__["_entries"] = got
+    return got
+
+
+def _set_entries(self, value: List[FREntry]) -> None:
+    self.__dict__.pop("_lazy", None)
+    self.__dict__["_entries"] = value
+
+
+FRDump.entries = property(_get_entries, _set_entries, doc="The FREntry list, built on first use.")
+
+
+def _has_entries(self) -> bool:
+    """Whether any entry was kept (without building them)."""
+    lazy = self.__dict__.get("_lazy")
+    return bool(lazy) if lazy is not None else bool(self.entries)
+
+
+def _last_per_pg(self) -> dict:
+    """``{pg: (entry, desc)}``: per process group, the collective (p2p left out) with the highest
+    sequence id (the later one on a tie) and the ``pg_desc`` of the group's first collective. Builds
+    an FREntry only for those when :attr:`entries` was not built yet (what analyse needs)."""
+    lazy = self.__dict__.get("_lazy")
+    if lazy is not None:
+        try:
+            return self._last_lazy(lazy)
+        except _ENTRY_ERRORS:  # cannot happen (_entries_safe held): then as from the built entries
+            pass
+    best: dict = {}
+    for e in self.entries:
+        if e.is_p2p:
+            continue
+        cur = best.get(e.pg)
+        if cur is None:
+            best[e.pg] = [e, e.seq, e.pg_desc]
+        elif e.seq >= cur[1]:
+            cur[0], cur[1] = e, e.seq
+    return {k: (v[0], v[2]) for k, v in best.items()}
+
+
+def _last_lazy(self, lazy: list) -> dict:
+    best: dict = {}
+    get = dict.get
+    for e, pg, seq, p2p in zip(lazy, map(get, lazy, repeat("process_group")),
+                               map(get, lazy, repeat("collective_seq_id")), map(get, lazy, repeat("is_p2p"))):
+        if p2p:  # the same conversions as _entry (cannot fail: _entries_safe held)
+            continue
+        pg = pg or ("", "")
+        key, seq = pg[0], seq or 0
+        if type(key) is not str:
+            key = str(key)
+        cur = best.get(key)
+        if cur is None:
+            best[key] = [e, seq, str(pg[1]) if len(pg) > 1 else ""]
+        elif seq >= cur[1]:
+            cur[0], cur[1] = e, seq
+    return {k: (_entry(v[0]), v[2]) for k, v in best.items()}
+
+
+FRDump.has_entries = _has_entries
+FRDump.last_per_pg = _last_per_pg
+FRDump._last_lazy = _last_lazy
+_ENTRY_ERRORS = (TypeError, ValueError, AttributeError, KeyError, IndexError, OverflowError, RecursionError)
+
+_STR_OR_NONE = frozenset((str, type(None)))
+_INT_OR_NONE = frozenset((int, bool, type(None)))
+_SEQ_OR_NONE = frozenset((list, tuple, type(None)))
+_LIST_TUPLE = frozenset((list, tuple))
+
+
+def _entries_safe(ents: list) -> bool:
+    """True when :func:`_entry` cannot raise on any of ``ents`` (dicts), judged by the types of the
+    fields it converts, column by column at C speed: ``process_group`` a list/tuple of str,
+    ``profiling_name``/``state`` str, sequence ids int, ``frames`` a list of frames whose
+    ``filename``/``name`` are str and ``line`` int, no mapping inside sizes/dtypes. A real dump always
+    is; anything else is converted entry by entry (malformed ones skipped with a warning)."""
+    def col(key):
+        return list(map(dict.get, ents, repeat(key)))
+
+    def types(values):
+        return set(map(type, values))
+
+    pgs = col("process_group")
+    if not (types(pgs) <= _SEQ_OR_NONE and types(chain.from_iterable(filter(None, pgs))) <= _STR_OR_NONE
+            and types(col("profiling_name")) <= _STR_OR_NONE and types(col("state")) <= _STR_OR_NONE
+            and types(col("collective_seq_id")) <= _INT_OR_NONE and types(col("p2p_seq_id")) <= _INT_OR_NONE):
+        return False
+    frs = col("frames")
+    if not types(frs) <= _SEQ_OR_NONE:
+        return False
+    frames = list(chain.from_iterable(filter(None, frs)))
+    frames = list(compress(frames, map(is_, map(type, frames), repeat(dict))))
+    if not (types(map(dict.get, frames, repeat("line"))) <= _INT_OR_NONE
+            and types(map(dict.get, frames, repeat("filename"))) <= _STR_OR_NONE
+            and types(map(dict.get, frames, repeat("name"))) <= _STR_OR_NONE):
+        return False
+    for key in ("input_sizes", "input_dtypes", "output_sizes", "output_dtypes"):
+        level = col(key)
+        while level:  # depth <= MAX_DEPTH (checked at decoding)
+            t = types(level)
+            if dict in t:
+                return False
+            if not t & _LIST_TUPLE:
+                break
+            level = list(chain.from_iterable(compress(level, map(_LIST_TUPLE.__contains__, map(type, level)))))
+    return True
 
 
 MAX_DUMP_BYTES = 256 << 20
@@ -349,23 +480,77 @@ def _scan_pickle(data: bytes, name: str) -> None:
         raise bad("%s truncated" % _OPNAMES.get(c, "opcode 0x%02x" % c)) from None
 
 
-_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
-_JSON_LEAF = re.compile(rb"\[\]|\{\}")
-_NOT_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
+_ATOMS = (str, int, float, bool, type(None), bytes)
+_TREE_TYPES = frozenset((dict, list, tuple) + _ATOMS)
+_KEY_TYPES = frozenset(_ATOMS)
 
 
-def _check_json_depth(data: bytes, name: str) -> None:
-    """Refuse valid JSON nesting deeper than :data:`MAX_DEPTH` (json.loads itself stops near the
-    interpreter's recursion limit, ~1000): strings dropped, brackets kept, one level of
-    innermost pairs removed a pass (C-speed byte operations)."""
-    b = _JSON_STRING.sub(b"", data).translate(None, _NOT_BRACKET)
-    for _ in range(MAX_DEPTH):
-        if not b:
+def check_decoded(doc, name: str, n: int, kind: str = "pickle") -> None:
+    """Refuse (FRParseError naming ``name``, "at byte 0 (whole file)") a decoded dump (``n`` input bytes)
+    holding any type but dict/list/tuple/str/int/float/bool/None/bytes (sets, bytearrays), nested
+    deeper than :data:`MAX_DEPTH` (which a reference cycle is), or with more references than
+    ``(MAX_EXPANSION * n + 64 KiB) / 8`` (a doubling DAG of shared tuples; a real dump has ~n / 4).
+    Level by level with ``gc.get_referents`` (C-speed: ~0.3 ms for a 200-entry, 44 KB dump)."""
+    max_refs = (MAX_EXPANSION * n + (64 << 10)) // 8
+
+    def bad(why):
+        return FRParseError("%s: %s refused at byte 0 (whole file): %s (%d bytes)" % (name, kind, why, n))
+
+    level = [doc]
+    refs = 0
+    for depth in range(1, MAX_DEPTH + 2):
+        types = set(map(type, level))
+        if not types <= _TREE_TYPES:
+            raise bad("a %s object (a dump holds dicts, lists, tuples and scalars)"
+                      % sorted(t.__name__ for t in types - _TREE_TYPES)[0])
+        if not types - _KEY_TYPES:
             return
-        b = _JSON_LEAF.sub(b"", b)
-    if b:
-        raise FRParseError("%s: refused at byte 0 (whole file): JSON nested deeper than %d levels (%d bytes)"
-                           % (name, MAX_DEPTH, len(data)))
+        if depth > MAX_DEPTH:
+            raise bad("nested deeper than %d levels" % MAX_DEPTH)
+        level = gc.get_referents(*level)  # nothing for the scalars
+        refs += len(level)
+        if refs > max_refs:
+            raise bad("over %d references for %d bytes (a DAG of shared tuples?)" % (max_refs, n))
+
+
+_LIST_DICT = frozenset((list, dict))
+
+
+def _load_unscanned(data: bytes):
+    """(the decoded object, the most references any memoized list or dict has, counted as for
+    :data:`_ONE_REF`). Only a memoized container can be referenced twice (by a memo GET)."""
+    u = _SafeUnpickler(io.BytesIO(data))
+    doc = u.load()
+    memo = list(u.memo.copy().values())
+    del u  # the memo's references go
+    ld = list(compress(memo, map(_LIST_DICT.__contains__, map(type, memo))))
+    most = max(map(sys.getrefcount, ld), default=0)  # not in the return expression: doc would be on the stack
+    return doc, most
+
+
+_ONE_REF = _load_unscanned(pickle.dumps({"a": [[]], "b": {}}, protocol=4))[1]
+"""What :func:`_load_unscanned` counts for a list or dict referenced once (its container, or the
+caller's variable for the top level; the memo copy; the filtered list; getrefcount's argument)."""
+
+
+def check_pickle_unscanned(data: bytes, name: str) -> None:
+    """Unpickle ``data`` WITHOUT the opcode scan (globals still refused), refuse a list or dict
+    referenced twice (a cycle or a shared container: a dump shares none; by reference counts, with
+    the unpickler's memo), then :func:`check_decoded`. Raises FRParseError, or MemoryError or anything
+    else the C unpickler raises on hostile bytes. Dict keys are not checked (tuple keys pass; the
+    caller bounds the CPU time a crafted hash collision costs).
+
+    Only for a process whose address space and CPU time are limited (the validator child of
+    :func:`hpc_hangkit.flightrec.read_dumps`): a hostile length or memo index makes the unpickler
+    allocate what it claims. The caller unpickles bytes that passed again with
+    ``parse_flightrec(..., prechecked=True)``, which then allocates what this process did."""
+    if data[:1] != b"\x80" or len(data) > MAX_DUMP_BYTES:
+        raise FRParseError("%s: not a pickle within the cap" % name)
+    doc, most = _load_unscanned(data)
+    if most > _ONE_REF:
+        raise FRParseError("%s: pickle refused at byte 0 (whole file): a list or dict referenced twice (a cycle "
+                           "or a shared container; a dump shares none) (%d bytes)" % (name, len(data)))
+    check_decoded(doc, name, len(data))
 
 
 _RANK_RE = re.compile(r"(\d+)(?:\.(?:json|pickle|pkl))?$")
@@ -381,26 +566,39 @@ def rank_from_name(name: str) -> Optional[int]:
 def _t(v):
     """Lists to tuples (hashable, for comparing ranks); refuses mappings (TypeError)."""
     if isinstance(v, (list, tuple)):
-        return tuple(_t(x) for x in v)
+        return tuple([x if type(x) in _ATOM_SET else _t(x) for x in v])
     if isinstance(v, dict):
         raise TypeError("a mapping where sizes/dtypes are expected")
     return v
 
 
+_ATOM_SET = frozenset(_ATOMS)
+_new_entry = object.__new__
+
+
 def _entry(e: dict) -> FREntry:
-    pg = e.get("process_group") or ("", "")
-    name = str(e.get("profiling_name", ""))
-    frames = tuple((str(f.get("filename", "")), int(f.get("line", 0) or 0), str(f.get("name", "")))
-                   for f in (e.get("frames") or []) if isinstance(f, dict))
-    return FREntry(pg=str(pg[0]), pg_desc=str(pg[1]) if len(pg) > 1 else "",
-                   seq=int(e.get("collective_seq_id", 0) or 0), p2p_seq=int(e.get("p2p_seq_id", 0) or 0),
-                   is_p2p=bool(e.get("is_p2p", False)), op=name.split(":", 1)[-1], profiling_name=name,
-                   input_sizes=_t(e.get("input_sizes") or ()), input_dtypes=_t(e.get("input_dtypes") or ()),
-                   output_sizes=_t(e.get("output_sizes") or ()), output_dtypes=_t(e.get("output_dtypes") or ()),
-                   state=str(e.get("state", "")), retired=bool(e.get("retired", False)), frames=frames)
+    """An FREntry from one entry mapping (raises TypeError/ValueError/... on a malformed one). Built
+    without the frozen dataclass's per-field ``object.__setattr__`` (3x cheaper, same object)."""
+    g = e.get
+    pg = g("process_group") or ("", "")
+    name = g("profiling_name", "")
+    if type(name) is not str:
+        name = str(name)
+    fr = g("frames")
+    frames = tuple([(str(f.get("filename", "")), int(f.get("line", 0) or 0), str(f.get("name", "")))
+                    for f in fr if isinstance(f, dict)]) if fr else ()
+    x = _new_entry(FREntry)
+    x.__dict__.update(
+        pg=str(pg[0]), pg_desc=str(pg[1]) if len(pg) > 1 else "",
+        seq=int(g("collective_seq_id", 0) or 0), p2p_seq=int(g("p2p_seq_id", 0) or 0),
+        is_p2p=bool(g("is_p2p", False)), op=name.split(":", 1)[-1], profiling_name=name,
+        input_sizes=_t(g("input_sizes") or ()), input_dtypes=_t(g("input_dtypes") or ()),
+        output_sizes=_t(g("output_sizes") or ()), output_dtypes=_t(g("output_dtypes") or ()),
+        state=str(g("state", "")), retired=bool(g("retired", False)), frames=frames)
+    return x
 
 
-def parse_flightrec(data: bytes, name: str, rank: Optional[int] = None) -> FRDump:
+def parse_flightrec(data: bytes, name: str, rank: Optional[int] = None, *, prechecked: bool = False) -> FRDump:
     """Parse one dump (pickle or JSON bytes). ``rank`` defaults to :func:`rank_from_name`.
 
     Raises :class:`FRParseError` (and nothing else) for empty, truncated, foreign or
@@ -410,6 +608,10 @@ def parse_flightrec(data: bytes, name: str, rank: Optional[int] = None) -> FRDum
     x ``len(data)`` (+64 KiB). A ``{"dump_error": ...}`` file gives a dump with
     ``error`` set and no entries. Malformed entries, and ``pg_config``/``pg_status``
     values that are not mappings, are skipped with a warning.
+
+    ``prechecked=True`` skips the opcode scan of a pickle: only for these very bytes having passed
+    :func:`check_pickle_unscanned` in a memory- and CPU-limited process (read_dumps does that in a
+    forked child, ~10x faster than the scan); the unpickler then allocates what it allocated there.
     """
     if rank is None:
         rank = rank_from_name(name)
@@ -419,7 +621,8 @@ def parse_flightrec(data: bytes, name: str, rank: Optional[int] = None) -> FRDum
         raise FRParseError("%s: refused at byte %d: larger than the %d-byte cap for a Flight Recorder dump"
                            % (name, MAX_DUMP_BYTES, MAX_DUMP_BYTES))
     if data[:1] == b"\x80":
-        _scan_pickle(data, name)
+        if not prechecked:
+            _scan_pickle(data, name)
         f = io.BytesIO(data)
         try:
             doc = _SafeUnpickler(f).load()
@@ -439,7 +642,7 @@ def parse_flightrec(data: bytes, name: str, rank: Optional[int] = None) -> FRDum
         except (ValueError, RecursionError) as e:
             raise FRParseError("%s: not JSON or pickle (%s at byte %s)" % (name, getattr(e, "msg", e),
                                                                          getattr(e, "pos", "?"))) from None
-        _check_json_depth(data, name)
+        check_decoded(doc, name, len(data), kind="JSON")
     if not isinstance(doc, dict):
         raise FRParseError("%s: not a Flight Recorder dump (top level is %s)" % (name, type(doc).__name__))
     if "dump_error" in doc and "entries" not in doc:
@@ -457,6 +660,10 @@ def parse_flightrec(data: bytes, name: str, rank: Optional[int] = None) -> FRDum
             d.warnings.append("%s: %s[%r] is not a mapping; ignored" % (name, key, k))
             del v[k]
         setattr(d, key, v)
+    if set(map(type, doc["entries"])) <= {dict} and _entries_safe(doc["entries"]):
+        d.__dict__["_entries"] = None  # built on first use of .entries; analyse builds only the last ones
+        d.__dict__["_lazy"] = doc["entries"]
+        return d
     kept = []  # raw is re-written for torchfrtrace: only mappings stay in it
     for i, e in enumerate(doc["entries"]):
         if not isinstance(e, dict):
@@ -465,7 +672,7 @@ def parse_flightrec(data: bytes, name: str, rank: Optional[int] = None) -> FRDum
         kept.append(e)
         try:
             d.entries.append(_entry(e))
-        except (TypeError, ValueError, AttributeError, KeyError, IndexError, OverflowError, RecursionError) as err:
+        except _ENTRY_ERRORS as err:
             d.warnings.append("%s: entry %d skipped (%s: %s)" % (name, i, type(err).__name__, err))
     doc["entries"] = kept
     return d
