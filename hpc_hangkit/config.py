@@ -213,7 +213,7 @@ SETTINGS = (
     _Spec("storage_url", None, _optional_string(_storage_url), "fsspec URL or absolute path where dumps are collected"),
     _Spec("max_hang_requeues", 1, _count(0), "hang requeues allowed per job in fail mode"),
     _Spec("epilog_budget_s", 60.0, _seconds_between(5, 3600),
-          "seconds the Slurm epilog (the collector) may take in all; keep it below slurm.conf EpilogTimeout"),
+          "seconds the Slurm epilog (the collector) may take in all; keep it + 2 s below slurm.conf PrologEpilogTimeout (EpilogTimeout from Slurm 25.05)"),
     _Spec("flight_recorder_buffer", 2000, _count(0), "PyTorch Flight Recorder entries per rank (0 = off)"),
     _Spec("ncclras_path", "ncclras", _command, "ncclras command", ("ncclras", "path")),
     _Spec("ncclras_address", None, _optional_string(_host_port), "NCCL RAS host:port (unset: NCCL's default)",
