@@ -205,8 +205,10 @@ def main(argv=None):
             else:
                 r = theirs["wall_s"] / max(ours["proc_wall_s"], 1e-9)
                 rc = theirs["cpu_s"] / max(ours["proc_cpu_s"], 1e-9)
-                print("  ratio torchfrtrace/ours (whole processes): wall %.1fx, CPU %.1fx  (target >= %.0fx: %s)"
-                      % (r, rc, TARGET_RATIO, "met" if r >= TARGET_RATIO else "NOT met"))
+                print("  ratio torchfrtrace/ours (whole processes): wall %.1fx, CPU %.1fx  (target >= %.0fx: wall %s, "
+                      "CPU %s; ours runs on 2 cores, torchfrtrace on 1)" % (
+                          r, rc, TARGET_RATIO, "met" if r >= TARGET_RATIO else "NOT met",
+                          "met" if rc >= TARGET_RATIO else "NOT met"))
                 if not (ours["minority"] == divergent and set(theirs["culprits"]) <= set(divergent)):
                     print("  note: torchfrtrace culprits %s vs divergent %s" % (theirs["culprits"], divergent))
         ours_f, theirs_f = res[fixed]

@@ -30,8 +30,8 @@ import time
 from typing import Dict, List, Optional
 
 from hpc_hangkit.capture import pid_alive
-from hpc_hangkit.parse.flightrec import (MAX_DUMP_BYTES, MAX_EXPANSION, FRDump, FRParseError, check_pickle_unscanned,
-                                         parse_flightrec, rank_from_name)
+from hpc_hangkit.parse.flightrec import (MAX_DUMP_BYTES, MAX_EXPANSION, FRDump, FRParseError, dump_from_summary,
+                                         parse_flightrec, rank_from_name, summarize_unscanned)
 from hpc_hangkit.ranges import format_ranks
 
 log = logging.getLogger("hpc_hangkit.flightrec")
@@ -189,9 +189,10 @@ def _single_threaded() -> bool:
     return th is None or th.active_count() <= 1
 
 
-def _precheck_child(blobs: List[bytes], w: int) -> None:
-    """In the forked child: per blob, limit the address space to what it has now + the budget,
-    run :func:`check_pickle_unscanned`, write b"1" (passed, in under 0.1 s + 0.5 s/MiB) or b"0"."""
+def _precheck_child(blobs: List[tuple], w: int) -> None:
+    """In the forked child: per (name, pickle), limit the address space to what it has now + the budget,
+    run :func:`summarize_unscanned` and write b"0" (refused, or over 0.1 s + 0.5 s/MiB of CPU), b"1"
+    (passed) or b"S" + 4-byte length + the summary."""
     import resource
 
     gc.disable()  # a collection would touch (and copy) every object inherited from the parent
@@ -201,10 +202,10 @@ def _precheck_child(blobs: List[bytes], w: int) -> None:
     page = os.sysconf("SC_PAGE_SIZE")
     _, as_hard = resource.getrlimit(resource.RLIMIT_AS)
     _, cpu_hard = resource.getrlimit(resource.RLIMIT_CPU)
-    cpu = 10 + 2 * sum(map(len, blobs)) // (1 << 20)  # seconds for the whole batch (SIGXCPU ends it)
+    cpu = 10 + 2 * sum(len(b) for _, b in blobs) // (1 << 20)  # seconds for the whole batch (SIGXCPU ends it)
     resource.setrlimit(resource.RLIMIT_CPU, (cpu if cpu_hard == resource.RLIM_INFINITY else min(cpu, cpu_hard),
                                              cpu_hard))
-    for data in blobs:
+    for name, data in blobs:
         with open("/proc/self/statm", "rb") as f:
             vm = int(f.read().split()[0]) * page
         lim = vm + MAX_EXPANSION * len(data) + (64 << 10) + PRECHECK_AS_SLACK
@@ -212,15 +213,21 @@ def _precheck_child(blobs: List[bytes], w: int) -> None:
                                                 as_hard))
         t0 = time.process_time()
         try:
-            check_pickle_unscanned(data, "")
-            ok = time.process_time() - t0 < 0.1 + 0.5 * len(data) / (1 << 20)
+            summary = summarize_unscanned(data, name)
+            out = b"1" if summary is None else b"S" + len(summary).to_bytes(4, "little") + summary
+            if time.process_time() - t0 > 0.1 + 0.5 * len(data) / (1 << 20):
+                out = b"0"
         except Exception:  # noqa: BLE001 -- hostile bytes: MemoryError, UnpicklingError, ...; the parent scans
-            ok = False
-        os.write(w, b"1" if ok else b"0")
+            out = b"0"
+        view = memoryview(out)
+        while view:
+            view = view[os.write(w, view):]
 
 
-def _precheck_verdicts(blobs: List[bytes]):
-    """Yield, per pickle in ``blobs``, True when it passed :func:`check_pickle_unscanned` in a forked
+def _precheck_verdicts(blobs: List[tuple]):
+    """Yield, per (name, pickle) in ``blobs``: its summary (bytes, for
+    :func:`~hpc_hangkit.parse.flightrec.dump_from_summary`) or True when it passed
+    :func:`~hpc_hangkit.parse.flightrec.summarize_unscanned` in a forked
     child whose address space (RLIMIT_AS: + ``MAX_EXPANSION`` x the pickle + 64 KiB +
     :data:`PRECHECK_AS_SLACK`) and CPU time (RLIMIT_CPU) are limited; the caller then unpickles it
     without the opcode scan. False for a refused pickle, for all after the child died, and for every
@@ -250,13 +257,35 @@ def _precheck_verdicts(blobs: List[bytes]):
             os._exit(code)
     os.close(w)
     try:
-        got, eof = b"", False
-        for i in range(len(blobs)):
-            while len(got) <= i and not eof:
-                chunk = os.read(r, 65536)
+        buf, at, eof = bytearray(), 0, False
+
+        def need(k):  # at least k bytes after `at` (False: the child died)
+            nonlocal eof
+            while len(buf) - at < k and not eof:
+                chunk = os.read(r, 1 << 16)
                 eof = not chunk
-                got += chunk
-            yield got[i:i + 1] == b"1"
+                buf.extend(chunk)
+            return len(buf) - at >= k
+
+        for _ in blobs:
+            if not need(1):
+                yield False
+                continue
+            kind = buf[at:at + 1]
+            at += 1
+            if kind == b"S":
+                n = int.from_bytes(buf[at:at + 4], "little") if need(4) else 0
+                if need(4 + n):
+                    yield bytes(buf[at + 4:at + 4 + n])
+                    at += 4 + n
+                    continue
+                eof, at = True, len(buf)
+                yield False
+                continue
+            yield kind == b"1"
+            if at > 1 << 20:
+                del buf[:at]
+                at = 0
     finally:
         os.close(r)
         try:
@@ -332,14 +361,15 @@ def _read_batches(files, by_rank, warns, have):
                 warns.append("warning: %s" % e)
                 continue
             items.append((name, data, data[:1] == b"\x80" and len(data) <= MAX_DUMP_BYTES))
-        verdicts = _precheck_verdicts([data for name, data, pickle_ in items if pickle_])
+        verdicts = _precheck_verdicts([(name, data) for name, data, pickle_ in items if pickle_])
         try:
             for name, data, pickle_ in items:
                 ok = next(verdicts) if pickle_ else False
                 if have(name):
                     continue
                 try:
-                    dump = parse_flightrec(data, name, prechecked=ok)
+                    dump = dump_from_summary(ok, data, name) if type(ok) is bytes else \
+                        parse_flightrec(data, name, prechecked=ok)
                 except FRParseError as e:
                     warns.append("warning: %s" % e)
                     continue

@@ -47,14 +47,20 @@ def _same(a, b):
 
 @pytest.mark.timeout(120)
 def test_child_refuses_the_hostile_fixtures_and_the_parent_allocates_nothing_for_them():
-    blobs = [_read(p) for p in HOSTILE] + [_real(r) for r in range(4)]
+    blobs = [(os.path.basename(p), _read(p)) for p in HOSTILE] + [("rank_%d" % r, _real(r)) for r in range(4)]
     tracemalloc.start()
     try:
         verdicts = list(flightrec._precheck_verdicts(blobs))
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert verdicts == [False] * len(HOSTILE) + [True] * 4
+    assert verdicts[:len(HOSTILE)] == [False] * len(HOSTILE)
+    assert all(type(v) is bytes for v in verdicts[len(HOSTILE):]), verdicts  # summaries of the real dumps
+    for (name, data), v in zip(blobs[len(HOSTILE):], verdicts[len(HOSTILE):]):
+        lazy, full = fr.dump_from_summary(v, data, name), parse_flightrec(data, name)
+        assert lazy.last_per_pg() == full.last_per_pg() and lazy.has_entries() and not lazy.warnings
+        assert (lazy.raw, lazy.entries, lazy.version, lazy.pg_config, lazy.pg_status) == \
+            (full.raw, full.entries, full.version, full.pg_config, full.pg_status)
     assert peak < 1 << 20, peak  # the 20 GiB memo / 7e18-byte BINBYTES8 were tried in the child only
 
 

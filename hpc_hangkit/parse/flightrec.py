@@ -45,12 +45,13 @@ converts (:func:`_entries_safe`); ``FRDump.last_per_pg`` gives analyse what it n
 import gc
 import io
 import json
+import marshal
 import pickle
 import re
 import sys
 from itertools import chain, compress, repeat
 from operator import is_
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import List, Optional, Tuple
 
 
@@ -111,6 +112,8 @@ class FRDump:
 
 
 def _get_entries(self) -> List[FREntry]:
+    if "_bytes" in self.__dict__:
+        self._load_full()
     got = self.__dict__.get("_entries")
     if got is None:
         got = []
@@ -133,6 +136,8 @@ FRDump.entries = property(_get_entries, _set_entries, doc="The FREntry list, bui
 
 def _has_entries(self) -> bool:
     """Whether any entry was kept (without building them)."""
+    if "_has" in self.__dict__:
+        return self.__dict__["_has"]
     lazy = self.__dict__.get("_lazy")
     return bool(lazy) if lazy is not None else bool(self.entries)
 
@@ -141,6 +146,8 @@ def _last_per_pg(self) -> dict:
     """``{pg: (entry, desc)}``: per process group, the collective (p2p left out) with the highest
     sequence id (the later one on a tie) and the ``pg_desc`` of the group's first collective. Builds
     an FREntry only for those when :attr:`entries` was not built yet (what analyse needs)."""
+    if "_last" in self.__dict__:
+        return dict(self.__dict__["_last"])
     lazy = self.__dict__.get("_lazy")
     if lazy is not None:
         try:
@@ -533,10 +540,10 @@ _ONE_REF = _load_unscanned(pickle.dumps({"a": [[]], "b": {}}, protocol=4))[1]
 caller's variable for the top level; the memo copy; the filtered list; getrefcount's argument)."""
 
 
-def check_pickle_unscanned(data: bytes, name: str) -> None:
+def check_pickle_unscanned(data: bytes, name: str):
     """Unpickle ``data`` WITHOUT the opcode scan (globals still refused), refuse a list or dict
     referenced twice (a cycle or a shared container: a dump shares none; by reference counts, with
-    the unpickler's memo), then :func:`check_decoded`. Raises FRParseError, or MemoryError or anything
+    the unpickler's memo), then :func:`check_decoded`; returns the decoded object. Raises FRParseError, or MemoryError or anything
     else the C unpickler raises on hostile bytes. Dict keys are not checked (tuple keys pass; the
     caller bounds the CPU time a crafted hash collision costs).
 
@@ -551,6 +558,7 @@ def check_pickle_unscanned(data: bytes, name: str) -> None:
         raise FRParseError("%s: pickle refused at byte 0 (whole file): a list or dict referenced twice (a cycle "
                            "or a shared container; a dump shares none) (%d bytes)" % (name, len(data)))
     check_decoded(doc, name, len(data))
+    return doc
 
 
 _RANK_RE = re.compile(r"(\d+)(?:\.(?:json|pickle|pkl))?$")
@@ -643,6 +651,11 @@ def parse_flightrec(data: bytes, name: str, rank: Optional[int] = None, *, prech
             raise FRParseError("%s: not JSON or pickle (%s at byte %s)" % (name, getattr(e, "msg", e),
                                                                          getattr(e, "pos", "?"))) from None
         check_decoded(doc, name, len(data), kind="JSON")
+    return _from_doc(doc, name, rank)
+
+
+def _from_doc(doc, name: str, rank: Optional[int]) -> FRDump:
+    """The FRDump of a decoded dump (see :func:`parse_flightrec`)."""
     if not isinstance(doc, dict):
         raise FRParseError("%s: not a Flight Recorder dump (top level is %s)" % (name, type(doc).__name__))
     if "dump_error" in doc and "entries" not in doc:
@@ -676,3 +689,62 @@ def parse_flightrec(data: bytes, name: str, rank: Optional[int] = None, *, prech
             d.warnings.append("%s: entry %d skipped (%s: %s)" % (name, i, type(err).__name__, err))
     doc["entries"] = kept
     return d
+
+
+_FIELDS = tuple(f.name for f in fields(FREntry))
+
+
+def _make_entry(values) -> FREntry:
+    x = _new_entry(FREntry)
+    x.__dict__.update(zip(_FIELDS, values))
+    return x
+
+
+def summarize_unscanned(data: bytes, name: str) -> Optional[bytes]:
+    """In read_dumps' validator child (see :func:`check_pickle_unscanned`, whose errors it raises):
+    what read_dumps and analyse need of a dump, marshalled (a few KB: version, pg_config,
+    pg_status, warnings, whether it has entries, :meth:`FRDump.last_per_pg`), so that the parent
+    unpickles the whole dump only if ``entries`` or ``raw`` are asked for (:func:`dump_from_summary`).
+    None for a dump whose entries are not all well-typed, or a ``dump_error`` file: the parent parses
+    those (``prechecked=True``)."""
+    d = _from_doc(check_pickle_unscanned(data, name), name, rank_from_name(name))
+    if d.error is not None or "_lazy" not in d.__dict__:
+        return None
+    last = [(pg, tuple(getattr(e, f) for f in _FIELDS), desc) for pg, (e, desc) in d.last_per_pg().items()]
+    return marshal.dumps((d.version, d.pg_config, d.pg_status, d.warnings, d.has_entries(), last))
+
+
+def dump_from_summary(summary: bytes, data: bytes, name: str) -> FRDump:
+    """The FRDump of ``data`` (bytes that passed :func:`check_pickle_unscanned`) from its
+    :func:`summarize_unscanned` ``summary``; ``raw`` and ``entries`` unpickle ``data`` on first use
+    (``prechecked=True``: the same dump as parse_flightrec gives)."""
+    version, pg_config, pg_status, warnings, has, last = marshal.loads(summary)
+    d = FRDump(name=name, rank=rank_from_name(name), version=version, pg_config=pg_config, pg_status=pg_status,
+               warnings=warnings)
+    d.__dict__.update(_entries=None, _raw=None, _bytes=data, _has=has,
+                      _last={pg: (_make_entry(values), desc) for pg, values, desc in last})
+    return d
+
+
+def _load_full(self) -> None:
+    full = parse_flightrec(self.__dict__.pop("_bytes"), self.name, self.rank, prechecked=True)
+    self.__dict__.update(_raw=full.raw, _entries=full.__dict__["_entries"])
+    if "_lazy" in full.__dict__:
+        self.__dict__["_lazy"] = full.__dict__["_lazy"]
+    self.__dict__.pop("_last", None)
+    self.__dict__.pop("_has", None)
+
+
+def _get_raw(self) -> dict:
+    if "_bytes" in self.__dict__:
+        self._load_full()
+    return self.__dict__["_raw"]
+
+
+def _set_raw(self, value: dict) -> None:
+    self.__dict__.pop("_bytes", None)
+    self.__dict__["_raw"] = value
+
+
+FRDump._load_full = _load_full
+FRDump.raw = property(_get_raw, _set_raw, doc="The decoded dump (for re-writing), unpickled on first use.")
