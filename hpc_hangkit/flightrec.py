@@ -295,6 +295,25 @@ def _precheck_verdicts(blobs: List[tuple]):
         os.waitpid(pid, 0)
 
 
+def _verdicts(blobs: List[tuple]):
+    """:func:`_precheck_verdicts` of ``blobs``, from two children (alternate blobs) when this process
+    may use 2 cores and there are enough blobs for both."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    if cores < 2 or len(blobs) < 2 * PRECHECK_MIN_FILES:
+        yield from _precheck_verdicts(blobs)
+        return
+    halves = [_precheck_verdicts(blobs[0::2]), _precheck_verdicts(blobs[1::2])]
+    try:
+        for i in range(len(blobs)):
+            yield next(halves[i % 2])
+    finally:
+        for h in halves:
+            h.close()
+
+
 def _batches(paths: List[str]):
     """Consecutive runs of ``paths`` of at most :data:`PRECHECK_BATCH_BYTES` (by size on disk)."""
     cur, size = [], 0
@@ -360,11 +379,11 @@ def _read_batches(files, by_rank, warns, have):
             except OSError as e:
                 warns.append("warning: %s" % e)
                 continue
-            items.append((name, data, data[:1] == b"\x80" and len(data) <= MAX_DUMP_BYTES))
-        verdicts = _precheck_verdicts([(name, data) for name, data, pickle_ in items if pickle_])
+            items.append((name, data, 0 < len(data) <= MAX_DUMP_BYTES))  # to the children (JSON too)
+        verdicts = _verdicts([(name, data) for name, data, offload in items if offload])
         try:
-            for name, data, pickle_ in items:
-                ok = next(verdicts) if pickle_ else False
+            for name, data, offload in items:
+                ok = next(verdicts) if offload else False
                 if have(name):
                     continue
                 try:

@@ -701,13 +701,17 @@ def _make_entry(values) -> FREntry:
 
 
 def summarize_unscanned(data: bytes, name: str) -> Optional[bytes]:
-    """In read_dumps' validator child (see :func:`check_pickle_unscanned`, whose errors it raises):
+    """In read_dumps' validator child (see :func:`check_pickle_unscanned`, whose errors it raises; JSON
+    ``data`` is parsed by :func:`parse_flightrec`):
     what read_dumps and analyse need of a dump, marshalled (a few KB: version, pg_config,
     pg_status, warnings, whether it has entries, :meth:`FRDump.last_per_pg`), so that the parent
     unpickles the whole dump only if ``entries`` or ``raw`` are asked for (:func:`dump_from_summary`).
     None for a dump whose entries are not all well-typed, or a ``dump_error`` file: the parent parses
     those (``prechecked=True``)."""
-    d = _from_doc(check_pickle_unscanned(data, name), name, rank_from_name(name))
+    if data[:1] == b"\x80":
+        d = _from_doc(check_pickle_unscanned(data, name), name, rank_from_name(name))
+    else:  # JSON: parsed as in the parent (no unscanned step), the summary saves the parent the parse
+        d = parse_flightrec(data, name)
     if d.error is not None or "_lazy" not in d.__dict__:
         return None
     last = [(pg, tuple(getattr(e, f) for f in _FIELDS), desc) for pg, (e, desc) in d.last_per_pg().items()]
