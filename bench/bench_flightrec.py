@@ -20,6 +20,10 @@ Measured, each in a fresh interpreter (wall and CPU of the child only):
   ``read_dumps`` reads the JSON and skips the pickle. Ours only (torchfrtrace reads no JSON); the ratio
   printed is against torchfrtrace on ``fixed/``, labelled as such.
 
+CPU is the whole process tree (read_dumps' validator children included: they are waited for);
+peak RSS is the measured process only (each child holds one dump's objects at a time, beside the
+batch of at most 64 MiB it shares copy-on-write).
+
 Exit status 0 when both verdicts name the divergent ranks, 1 otherwise.
 """
 import argparse

@@ -338,13 +338,14 @@ def read_dumps(d: str) -> (List[FRDump], List[str]):
 
     A file is not read when the same rank's dump already parsed without ``dump_error`` (the ranks
     write ``rank_<i>.json`` and ``.pickle`` of the same buffer; the JSON is read first, so a broken
-    pickle beside a good JSON gives no warning). Pickles are checked by a forked child
-    (:func:`_precheck_verdicts`: ~3x cheaper than the opcode scan of
-    :func:`~hpc_hangkit.parse.flightrec.parse_flightrec`, and on the other core); one it refuses is
-    parsed with the scan, which names the byte offset. Every pickle both accept gives the same dump;
-    the child's check is by the decoded objects (plain types, scalar keys, no shared list or dict,
-    depth), so it also accepts plain pickles the scan's opcode whitelist refuses (LONG4 integers,
-    protocol 0/1 opcodes), within its memory and CPU bounds."""
+    pickle beside a good JSON gives no warning). Files are parsed by forked children
+    (:func:`_verdicts`; pickles without the opcode scan, under RLIMIT_AS/RLIMIT_CPU), which send a
+    summary; ``raw`` and ``entries`` of those dumps are decoded on first use. A file a child refuses
+    is parsed here, pickles with the scan, whose warning names the byte offset. Every pickle both
+    accept gives the same dump; the children check the decoded objects (plain types, no shared
+    list or dict, depth, reference count), so they also accept plain pickles the scan's opcode
+    whitelist refuses (LONG4 integers, tuple dict keys, protocol 0/1 opcodes), within their
+    memory and CPU bounds (docs/flight-recorder.md, "Reading dumps safely")."""
     files = [p for p in sorted(glob.glob(os.path.join(d, "*"))) if os.path.isfile(p) and not os.path.islink(p)]
     by_rank: Dict[int, FRDump] = {}
     warns: List[str] = []

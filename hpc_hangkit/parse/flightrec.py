@@ -34,10 +34,12 @@ Every refusal is an :class:`FRParseError` naming the file and the byte offset; t
 caller (:func:`hpc_hangkit.flightrec.read_dumps`) skips that file with a warning.
 
 The scan is pure Python (~5 ms for a 200-entry, 44 KB dump, 10x the unpickling). For many files,
-read_dumps instead runs :func:`check_pickle_unscanned` in a forked child whose address space and
-CPU time are limited (the C unpickler on the raw bytes, then C-speed checks of the decoded objects:
-:func:`check_decoded` and reference counts) and calls ``parse_flightrec(..., prechecked=True)``
-on the bytes that passed (docs/flight-recorder.md, "Reading dumps safely").
+read_dumps instead runs :func:`summarize_unscanned` in forked children whose address space and
+CPU time are limited (:func:`check_pickle_unscanned`: the C unpickler on the raw bytes, then
+C-speed checks of the decoded objects: :func:`check_decoded` and reference counts), builds each
+dump from the summary (:func:`dump_from_summary`) and unpickles the bytes that passed, with
+``prechecked=True``, only when ``raw`` or ``entries`` is used (docs/flight-recorder.md, "Reading
+dumps safely").
 
 ``FRDump.entries`` is built on first use when every entry has the field types :func:`_entry`
 converts (:func:`_entries_safe`); ``FRDump.last_per_pg`` gives analyse what it needs without it.
