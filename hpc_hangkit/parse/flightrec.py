@@ -24,9 +24,11 @@ Hostile input (a dump is read by root-run code and by the report over any job's 
   keys that are scalars (no tuple keys with crafted hash collisions), and an
   estimated allocation under :data:`MAX_EXPANSION` x the input size (+64 KiB). Only
   then the stdlib unpickler runs, with a ``find_class`` that refuses every global.
-  The scan also refuses nesting deeper than :data:`MAX_DEPTH` and a second reference to
-  a container (real dumps share only strings and numbers), so no reference cycle or
-  doubling DAG reaches the code that walks the entries.
+  The scan also refuses nesting deeper than :data:`MAX_DEPTH`; a container referenced
+  again (torch 2.13 shares equal stack-frame dicts between entries) is charged its whole
+  size each time, so a doubling DAG exceeds the budget; after unpickling,
+  :func:`check_decoded` refuses cycles (infinitely deep) and too many references before
+  anything walks the entries.
 - JSON: floods of ``{}``/``[]`` (json.loads spends ~130 bytes on each) beyond the same
   allocation budget, and nesting deeper than :data:`MAX_DEPTH`, are refused.
 
@@ -50,7 +52,6 @@ import json
 import marshal
 import pickle
 import re
-import sys
 from itertools import chain, compress, repeat
 from operator import is_
 from dataclasses import dataclass, field, fields
@@ -272,7 +273,9 @@ _COUNTED = {0x8c: 1, 0x58: 4, 0x8d: 8, 0x43: 1, 0x42: 4, 0x8e: 8, 0x8a: 1}      
 _STR_OPS = (0x8c, 0x58, 0x8d)
 _ALLOC_SCALAR, _ALLOC_STR, _ALLOC_BYTES, _ALLOC_DICT, _ALLOC_LIST, _ALLOC_TUPLE, _ALLOC_MEMO = \
     40, 64, 40, 112, 112, 112, 16
-_EMPTY_TUPLE = [_TUPLE, 1, 1]  # shared: a tuple's entry is never changed
+_EMPTY_TUPLE = [_TUPLE, 1, 1, False]  # shared: a tuple's entry is never changed
+# a container's entry: [kind, height, nodes, open]; open while its items are still being
+# added (a list or dict until it is put into its parent; a tuple never)
 _ITEM_LIST, _ITEM_DICT, _ITEM_TUPLE = 12, 24, 8
 
 
@@ -281,10 +284,11 @@ def _scan_pickle(data: bytes, name: str) -> None:
     protocol 2-5 pickle of containers and scalars bounded by its own size; see the module doc.
     A byte loop over the opcodes that decodes nothing (~0.2 us an opcode, the frequent ones
     inlined). It tracks each container's height (refused over :data:`MAX_DEPTH`) and node
-    count; a second reference (memo GET) to a list or dict is refused (real dumps share none,
-    and only they can form a cycle), one to a tuple (Python shares equal-content tuples, e.g.
-    ``process_group``) is charged its whole node count, so a doubling DAG of tuples exceeds
-    the budget."""
+    count; adding items to a list or dict already complete is refused; a further reference
+    (memo GET) to a container (torch 2.13 shares equal stack-frame dicts; Python equal
+    tuples) is charged its whole node count, so a doubling DAG exceeds the budget. Cycles
+    are left to :func:`check_decoded`, run on the decoded object (they cost nothing to
+    unpickle)."""
     n = len(data)
     budget = MAX_EXPANSION * n + (64 << 10)
     cost = 0
@@ -321,6 +325,7 @@ def _scan_pickle(data: bytes, name: str) -> None:
         h, nodes = 0, len(items)
         for x in items:
             if x:
+                x[3] = False  # in its parent now: complete
                 if x[1] > h:
                     h = x[1]
                 nodes += x[2] - 1
@@ -332,6 +337,8 @@ def _scan_pickle(data: bytes, name: str) -> None:
         if len(stack) <= mk or not stack[-1] or stack[-1][0] != want:
             raise bad("%s to a non-%s" % (_OPNAMES[c], "list" if want == _LIST else "dict"))
         t = stack[-1]
+        if not t[3]:
+            raise bad("%s to a list or dict that is already complete (a second reference)" % _OPNAMES[c])
         if any(items):
             h, nodes = measure(items)
             if h > t[1]:
@@ -340,12 +347,14 @@ def _scan_pickle(data: bytes, name: str) -> None:
         else:
             t[2] += len(items)
 
-    def get(k):  # push memo[k]; a container only if it is a tuple, charged its node count
+    def get(k):  # push memo[k]; a container is charged its node count
         nonlocal cost
         v = memo[k]  # IndexError: never stored
         if v:
-            if v[0] != _TUPLE:
-                raise bad("%s: a second reference to a list or dict (a dump shares none)" % _OPNAMES[c])
+            # (a cycle -- a container referenced from inside itself -- costs nothing to
+            # unpickle; check_decoded refuses it afterwards as infinitely deep)
+            # a shared container (torch >= 2.13 shares equal stack-frame dicts between
+            # entries): whoever walks the dump expands it, so it costs its whole size again
             cost += 8 * v[2]
         push(v)
 
@@ -380,10 +389,10 @@ def _scan_pickle(data: bytes, name: str) -> None:
                 mk = len(stack)
                 continue
             elif c == 0x5d:  # EMPTY_LIST
-                push([_LIST, 1, 1])
+                push([_LIST, 1, 1, True])
                 cost += _ALLOC_LIST
             elif c == 0x7d:  # EMPTY_DICT
-                push([_DICT, 1, 1])
+                push([_DICT, 1, 1, True])
                 cost += _ALLOC_DICT
             elif c == 0x61:  # APPEND
                 if len(stack) - mk < 2 or not stack[-2] or stack[-2][0] != _LIST:
@@ -391,6 +400,8 @@ def _scan_pickle(data: bytes, name: str) -> None:
                 x = pop()
                 if x:
                     add_to_top(_LIST, (x,))
+                elif not stack[-1][3]:
+                    raise bad("APPEND to a list that is already complete (a second reference)")
                 else:
                     stack[-1][2] += 1
                 cost += _ITEM_LIST
@@ -435,7 +446,7 @@ def _scan_pickle(data: bytes, name: str) -> None:
                 items = take_mark() if c == 0x74 else () if c == 0x29 else take(c - 0x84)
                 if items:
                     h, nodes = measure(items)
-                    push([_TUPLE, h, nodes + 1])
+                    push([_TUPLE, h, nodes + 1, False])
                     cost += _ALLOC_TUPLE + _ITEM_TUPLE * len(items)
                 else:
                     push(_EMPTY_TUPLE)
@@ -522,30 +533,10 @@ def check_decoded(doc, name: str, n: int, kind: str = "pickle") -> None:
             raise bad("over %d references for %d bytes (a DAG of shared tuples?)" % (max_refs, n))
 
 
-_LIST_DICT = frozenset((list, dict))
-
-
-def _load_unscanned(data: bytes):
-    """(the decoded object, the most references any memoized list or dict has, counted as for
-    :data:`_ONE_REF`). Only a memoized container can be referenced twice (by a memo GET)."""
-    u = _SafeUnpickler(io.BytesIO(data))
-    doc = u.load()
-    memo = list(u.memo.copy().values())
-    del u  # the memo's references go
-    ld = list(compress(memo, map(_LIST_DICT.__contains__, map(type, memo))))
-    most = max(map(sys.getrefcount, ld), default=0)  # not in the return expression: doc would be on the stack
-    return doc, most
-
-
-_ONE_REF = _load_unscanned(pickle.dumps({"a": [[]], "b": {}}, protocol=4))[1]
-"""What :func:`_load_unscanned` counts for a list or dict referenced once (its container, or the
-caller's variable for the top level; the memo copy; the filtered list; getrefcount's argument)."""
-
-
 def check_pickle_unscanned(data: bytes, name: str):
-    """Unpickle ``data`` WITHOUT the opcode scan (globals still refused), refuse a list or dict
-    referenced twice (a cycle or a shared container: a dump shares none; by reference counts, with
-    the unpickler's memo), then :func:`check_decoded`; returns the decoded object. Raises FRParseError, or MemoryError or anything
+    """Unpickle ``data`` WITHOUT the opcode scan (globals still refused), then
+    :func:`check_decoded` (types, depth: a cycle is infinitely deep, references counted with
+    their multiplicity: a doubling DAG); returns the decoded object. Raises FRParseError, or MemoryError or anything
     else the C unpickler raises on hostile bytes. Dict keys are not checked (tuple keys pass; the
     caller bounds the CPU time a crafted hash collision costs).
 
@@ -555,10 +546,9 @@ def check_pickle_unscanned(data: bytes, name: str):
     ``parse_flightrec(..., prechecked=True)``, which then allocates what this process did."""
     if data[:1] != b"\x80" or len(data) > MAX_DUMP_BYTES:
         raise FRParseError("%s: not a pickle within the cap" % name)
-    doc, most = _load_unscanned(data)
-    if most > _ONE_REF:
-        raise FRParseError("%s: pickle refused at byte 0 (whole file): a list or dict referenced twice (a cycle "
-                           "or a shared container; a dump shares none) (%d bytes)" % (name, len(data)))
+    doc = _SafeUnpickler(io.BytesIO(data)).load()
+    # shared containers are allowed (torch 2.13 shares stack-frame dicts); a cycle is
+    # infinitely deep and a doubling DAG has too many references: check_decoded refuses both
     check_decoded(doc, name, len(data))
     return doc
 
@@ -613,8 +603,8 @@ def parse_flightrec(data: bytes, name: str, rank: Optional[int] = None, *, prech
 
     Raises :class:`FRParseError` (and nothing else) for empty, truncated, foreign or
     hostile input: over :data:`MAX_DUMP_BYTES`, a pickle refused by the opcode scan
-    (see the module doc), nesting deeper than :data:`MAX_DEPTH`, a container referenced
-    twice; the message names ``name`` and the byte offset. Memory: at most ~:data:`MAX_EXPANSION`
+    (see the module doc), nesting deeper than :data:`MAX_DEPTH` (a reference cycle is), more
+    references than the size bound allows (a DAG of shared containers); the message names ``name`` and the byte offset. Memory: at most ~:data:`MAX_EXPANSION`
     x ``len(data)`` (+64 KiB). A ``{"dump_error": ...}`` file gives a dump with
     ``error`` set and no entries. Malformed entries, and ``pg_config``/``pg_status``
     values that are not mappings, are skipped with a warning.
@@ -641,6 +631,8 @@ def parse_flightrec(data: bytes, name: str, rank: Optional[int] = None, *, prech
         except Exception as e:  # the scan passed: a decoding error (bad UTF-8, ...) remains
             raise FRParseError("%s: unreadable pickle at byte %d (%s: %s; %d bytes)" % (
                 name, f.tell(), type(e).__name__, e, len(data))) from None
+        if not prechecked:  # (prechecked bytes went through it in the limited process)
+            check_decoded(doc, name, len(data))  # cycles, shared-container DAGs, depth, types
     else:
         # json.loads spends ~130 bytes on each {} / [] (3 input bytes in a flood): refuse floods
         n_cont = data.count(b"{") + data.count(b"[")
