@@ -21,6 +21,7 @@ import gc
 import glob
 import json
 import logging
+import re
 import os
 import pickle
 import platform
@@ -163,6 +164,7 @@ def capture_hook(ctx) -> None:
     if int(getattr(ctx.settings, "flight_recorder_buffer", 2000) or 0) == 0:
         return
     res = dump_ranks(ctx.scratch, ctx.hd_dir, ranks=sorted(ctx.ranks))
+    errors: Dict[str, list] = {}
     for rank, path in sorted(res.items()):
         try:
             with open(path) as f:
@@ -170,7 +172,14 @@ def capture_hook(ctx) -> None:
         except (OSError, ValueError):
             continue
         if "dump_error" in doc and "entries" not in doc:
-            ctx.problem("Flight Recorder rank %d: %s" % (rank, doc["dump_error"]))
+            # one line per distinct reason, not per rank (an MPI-only job: every rank the same)
+            why = str(doc["dump_error"])
+            errors.setdefault(re.sub(r"\b(rank|pid|thread) \d+", r"\1 N", why), []).append((rank, why))
+    for generic, items in errors.items():
+        if len(items) == 1:
+            ctx.problem("Flight Recorder rank %d: %s" % items[0])
+        else:
+            ctx.problem("Flight Recorder ranks %s: %s" % (format_ranks([r for r, _ in items]), generic))
 
 
 # --- reading and analysis ------------------------------------------------------

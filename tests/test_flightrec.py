@@ -101,3 +101,20 @@ def test_torchfrtrace_crashes_on_raw_gloo_dumps_and_reads_ours(tmp_path):
     assert ok.returncode == 0, ok.stderr
     both = ok.stdout + ok.stderr  # torchfrtrace reports through its logger (stderr)
     assert "Culprit rank 1" in both and "COLLECTIVE_TYPE_MISMATCH" in both
+
+
+def test_capture_hook_reports_one_line_per_reason_not_per_rank(tmp_path):
+    """An MPI-only job: no rank registered a Flight Recorder trigger; one problem line."""
+    from types import SimpleNamespace
+
+    from hpc_hangkit import flightrec
+
+    problems = []
+    ctx = SimpleNamespace(settings=SimpleNamespace(flight_recorder_buffer=2000), scratch=str(tmp_path),
+                          hd_dir=str(tmp_path / "hd"), ranks={0: None, 1: None, 2: None, 3: None},
+                          problem=problems.append)
+    flightrec.capture_hook(ctx)
+    assert len(problems) == 1, problems
+    assert problems[0].startswith("Flight Recorder ranks 0-3: no live Flight Recorder trigger for rank N")
+    assert sorted(p.name for p in (tmp_path / "hd" / "flight_recorder").iterdir()) == [
+        "rank_%d.json" % r for r in range(4)]  # each rank still says why in the report
