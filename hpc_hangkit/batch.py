@@ -895,6 +895,24 @@ def _setup_logging(hd_dir: str) -> None:
     lg.addHandler(sh)
 
 
+def stop_handler(done):
+    """A SIGTERM/SIGINT handler that sets the ``threading.Event`` ``done`` once.
+
+    ``Event.set`` takes a non-reentrant lock, and a Python signal handler runs in the
+    main thread between any two bytecodes, even inside ``Event.set`` itself: Slurm's
+    burst of SIGTERMs at the end of a job deadlocked a monitor that way (it outlived its
+    job by an hour). So only the first signal sets the event; later ones return at once.
+    """
+    seen = []
+
+    def _term(signum, frame):
+        if seen:
+            return
+        seen.append(signum)
+        done.set()
+    return _term
+
+
 def monitor_main(env: Optional[Mapping[str, str]] = None, bin_argv: Optional[List[str]] = None) -> int:
     """``hpc-hangkit slurm-monitor``: the batch-step monitor (see the module docstring).
 
@@ -915,8 +933,7 @@ def monitor_main(env: Optional[Mapping[str, str]] = None, bin_argv: Optional[Lis
     bm = BatchMonitor(settings, env, bin_argv)
     _setup_logging(bm.hd_dir)
 
-    def _term(signum, frame):
-        bm.done.set()
+    _term = stop_handler(bm.done)
     signal.signal(signal.SIGTERM, _term)
     signal.signal(signal.SIGINT, _term)
     try:

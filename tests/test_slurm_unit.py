@@ -427,3 +427,27 @@ def test_squeue_json_state_24_11_shape():
     assert slurm.parse_squeue_state(text, "57") == "COMPLETED"
     with pytest.raises(slurm.SlurmError):
         slurm.parse_squeue_state("[]", "57")
+
+
+
+@pytest.mark.timeout(30)
+def test_monitor_stop_handler_is_reentrant():
+    """Slurm ends a job with a burst of SIGTERMs. A Python signal handler runs between any
+    two bytecodes, even inside Event.set, whose lock is not reentrant: a handler that called
+    Event.set on every signal deadlocked a monitor (it outlived its job by an hour). Here a
+    second signal is delivered "inside" Event.set (its lock held): it must return at once."""
+    import signal
+    import threading
+
+    from hpc_hangkit.batch import stop_handler
+
+    done = threading.Event()
+    h = stop_handler(done)
+    h(signal.SIGTERM, None)
+    assert done.is_set()
+    # a later signal, landing while Event.set's lock is held, returns at once
+    with done._cond:
+        t2 = threading.Thread(target=h, args=(signal.SIGTERM, None), daemon=True)
+        t2.start()
+        t2.join(5)
+        assert not t2.is_alive(), "a second SIGTERM blocked on Event.set's lock (deadlock)"
