@@ -59,11 +59,13 @@ def start_hung_job(scratch, ranks=4, kind="gloo", s=None, log_path=None):
         out.close()
 
 
-def wait_hung(scratch, ranks, proc, timeout_s=120.0, settle_s=3.0):
+def wait_hung(scratch, ranks, proc, timeout_s=120.0, settle_s=3.0, until_split=False):
     """Wait until ``ranks`` live rank processes are known in ``scratch`` and ``settle_s`` more seconds
-    passed (the example hangs at step 3, well under a second after start-up). Raises RuntimeError
-    if the job exits or the ranks do not show up within ``timeout_s``."""
-    from hpc_hangkit.capture import discover_ranks
+    passed (the example hangs at step 3, well under a second after start-up). ``until_split``: then
+    also wait (on-demand dumps every second) until the roll call of the watchdog dumps says the
+    ranks disagree (on a loaded machine the ranks may still be importing torch after the settle
+    time). Raises RuntimeError if the job exits or the ranks do not show up within ``timeout_s``."""
+    from hpc_hangkit.capture.ranks import discover_ranks
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -71,9 +73,31 @@ def wait_hung(scratch, ranks, proc, timeout_s=120.0, settle_s=3.0):
         found = discover_ranks(scratch)
         if len(found) >= ranks:
             time.sleep(settle_s)
+            if until_split:
+                _wait_split(scratch, proc, deadline)
             return discover_ranks(scratch)
         time.sleep(0.25)
     raise RuntimeError("only %d of %d ranks showed up in %.0f s" % (len(discover_ranks(scratch)), ranks, timeout_s))
+
+
+def _wait_split(scratch, proc, deadline):
+    from hpc_hangkit import layout
+    from hpc_hangkit.arm.watchdog import request_dumps
+    from hpc_hangkit.capture.ranks import discover_ranks
+    from hpc_hangkit.evidence.stacks import DISAGREE_VERDICTS
+    from hpc_hangkit.rollcall import report_from_dir
+    verdict = None
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError("the job exited (status %s) before it hung" % proc.returncode)
+        request_dumps({rp.pid: [] for rp in discover_ranks(scratch).values()}, "SIGURG", timeout_s=1.0)
+        rep = report_from_dir(os.path.join(scratch, layout.WATCHDOG_DIR))
+        now = (rep.verdict, tuple(rep.suspect_ranks))
+        if rep.verdict in DISAGREE_VERDICTS and now == verdict:
+            return              # the same split twice, a second apart: the ranks stopped moving
+        verdict = now
+        time.sleep(1.0)
+    raise RuntimeError("the ranks never split (last roll call: %s)" % verdict)
 
 
 def exit_on_sigterm():

@@ -52,8 +52,8 @@ def main():
     for k in [k for k in os.environ if k.startswith("HANGKIT_")]:
         del os.environ[k]
 
-    from hpc_hangkit import watchdog
-    from hpc_hangkit.agree import collective
+    from hpc_hangkit.arm import watchdog
+    from hpc_hangkit.arm.agree import collective
 
     def plain(x):
         return x

@@ -25,7 +25,7 @@ REPO = os.path.dirname(HERE)
 MICRO = r"""
 import faulthandler, os, statistics, sys, time
 sys.path.insert(0, sys.argv[1])
-from hpc_hangkit import watchdog
+from hpc_hangkit.arm import watchdog
 tmp = sys.argv[2]
 N, R = int(sys.argv[3]), 15
 

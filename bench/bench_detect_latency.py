@@ -46,8 +46,9 @@ def events(path):
 
 def hang_start(hd_dir):
     """Largest ``time_created_ns`` (seconds) of each rank's last Flight Recorder entry, and the rank count."""
-    from hpc_hangkit.flightrec import FR_DIR, read_dumps
-    dumps, _ = read_dumps(os.path.join(hd_dir, FR_DIR))
+    from hpc_hangkit import layout
+    from hpc_hangkit.evidence.flightrec import read_dumps
+    dumps, _ = read_dumps(os.path.join(hd_dir, layout.FLIGHT_RECORDER_DIR))
     ts = []
     for d in dumps:
         ents = d.raw.get("entries") or []

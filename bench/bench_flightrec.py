@@ -13,11 +13,12 @@ Measured, each in a fresh interpreter (wall and CPU of the child only):
 
 - ``raw/``: the files as torch writes them. Ours: ``read_dumps`` + ``analyse``. torchfrtrace
   crashes on gloo's ``pg_config`` (KeyError in ``build_collectives``; its last line printed).
-- ``fixed/``: the copies :func:`hpc_hangkit.flightrec.write_torchfrtrace` rewrites so torchfrtrace
+- ``fixed/``: the copies :func:`hpc_hangkit.evidence.flightrec.write_torchfrtrace` rewrites so torchfrtrace
   can read them (timed too). Both analysers on these files: the ratio is printed here.
 - ``product/``: what the product reads: each rank's ``rank_<i>.pickle`` and the ``rank_<i>.json`` the
   rank writes beside it (hpc_hangkit/boot/_hangkit_fr.py: the same buffer, frames included).
-  ``read_dumps`` reads the JSON and skips the pickle. Ours only (torchfrtrace reads no JSON); the ratio
+  ``read_dumps`` reads the pickle and skips the whole-dump JSON of the same buffer (the JSON is the
+  fallback when the pickle fails). Ours only (torchfrtrace reads no JSON); the ratio
   printed is against torchfrtrace on ``fixed/``, labelled as such.
 
 CPU is the whole process tree (read_dumps' validator children included: they are waited for);
@@ -43,6 +44,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(ROOT, "hpc_hangkit", "boot"))   # _hangkit_fr imports its siblings
 import _util  # noqa: E402
 
 SAMPLE = os.path.join(ROOT, "tests", "fixtures", "flight_recorder", "gloo_divergent_barrier", "pickle_raw")
@@ -98,7 +100,7 @@ def generate_product(raw, out):
 # --- measured tasks (fresh interpreter each) ----------------------------------------
 
 def child_ours(path):
-    from hpc_hangkit.flightrec import analyse, read_dumps
+    from hpc_hangkit.evidence.flightrec import analyse, read_dumps
 
     def fn():
         dumps, warns = read_dumps(path)
@@ -110,7 +112,7 @@ def child_ours(path):
 
 
 def child_fix(src, dst):
-    from hpc_hangkit.flightrec import read_dumps, write_torchfrtrace
+    from hpc_hangkit.evidence.flightrec import read_dumps, write_torchfrtrace
 
     def fn():
         dumps, _ = read_dumps(src)
@@ -219,7 +221,7 @@ def main(argv=None):
         prod = run_child("ours", product)
         found = prod["minority"] == divergent
         ok &= found
-        print("\nproduct layout (rank_<i>.json + .pickle as the ranks write them; read_dumps reads the JSON):")
+        print("\nproduct layout (rank_<i>.json + .pickle as the ranks write them; read_dumps reads the pickle, the JSON is its fallback):")
         print("  ours         wall %7.2f s  CPU %7.2f s  (whole process; analysis alone %.2f s wall)  peak RSS %.0f MiB"
               % (prod["proc_wall_s"], prod["proc_cpu_s"], prod["wall_s"], prod["maxrss_bytes"] / 2**20))
         print("               verdict %s, smallest group %s (%s)" % (

@@ -5,9 +5,9 @@ Target: <= 0.5 % of one core at the default poll interval (15 s).
 
 A real 4-rank gloo job (``examples/gloo_divergent.py``, rank 1 skips an ``all_reduce``) is
 started armed and left hung. A fresh monitor process then runs what ``hpc-hangkit run`` runs:
-:class:`hpc_hangkit.monitor.Monitor` over :class:`~hpc_hangkit.monitor.StackSource` (heartbeats,
+:class:`hpc_hangkit.detect.monitor.Monitor` over :class:`~hpc_hangkit.evidence.stacks.StackSource` (heartbeats,
 watchdog logs, ``/proc/<pid>/io``, an on-demand dump request per rank per poll, the roll call) and
-:class:`hpc_hangkit.ras.RasSource` (``ncclras -f json`` each poll: the stand-in in
+:class:`hpc_hangkit.evidence.ras.RasSource` (``ncclras -f json`` each poll: the stand-in in
 tests/ncclras_standin/ replaying the real-format ``b_history`` polls, history written to
 ``hang_detector/nccl_ras/``). Time settings are scaled from the defaults by ``interval / 15``
 (suspect after 4 polls, still-suspected every 8 polls, watchdog period 2 polls) except the confirm
@@ -58,20 +58,17 @@ def child(kind, scratch, hd_dir, polls, interval):
     s = _jobs.settings(poll_interval_s=interval, suspect_after_s=60 * scale, report_every_s=120 * scale,
                        confirm_duration_s=interval * (polls + WARMUP) * 100)
     if kind == "ours":
-        from hpc_hangkit.detector import Detector
-        from hpc_hangkit.monitor import Monitor, StackSource
-        from hpc_hangkit.ras import maybe_source
-        sources = [StackSource(scratch, samples=s.stack_samples, sample_signal=s.watchdog_signal)]
-        ras = maybe_source(s, out_dir=hd_dir)
-        if ras is None:
+        from hpc_hangkit.detect.detector import Detector
+        from hpc_hangkit.detect.monitor import Monitor, poll_sources
+        sources = poll_sources(s, scratch, hd_dir)  # the stacks, then NCCL RAS
+        if len(sources) < 2:
             raise SystemExit("the ncclras stand-in is not on PATH")
-        sources.append(ras)
         mon = Monitor(Detector.from_settings(s), sources, hd_dir=hd_dir)
         poll = mon.poll_once
     else:
         import anchors
-        from hpc_hangkit.capture import discover_ranks
-        from hpc_hangkit.watchdog import request_dump
+        from hpc_hangkit.capture.ranks import discover_ranks
+        from hpc_hangkit.arm.watchdog import request_dump
         pids = [rp.pid for rp in discover_ranks(scratch).values()]
 
         def poll():

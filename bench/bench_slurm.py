@@ -15,6 +15,7 @@ Prints, in seconds (median of --runs):
 import argparse
 import os
 import statistics
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -32,7 +33,8 @@ def timed(argv, **kw):
 
 
 def user(argv):
-    return ["runuser", "-u", "hkuser", "--"] + argv
+    # runuser lives in /usr/sbin, not on every PATH
+    return [shutil.which("runuser") or "/usr/sbin/runuser", "-u", "hkuser", "--"] + argv
 
 
 def main():

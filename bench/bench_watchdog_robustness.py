@@ -42,7 +42,7 @@ def main(argv=None):
     a = ap.parse_args(argv)
     n = 200 if a.quick else a.dumps
     from hpc_hangkit.config import load_settings
-    from hpc_hangkit.watchdog import request_dump
+    from hpc_hangkit.arm.watchdog import request_dump
 
     print("bench_watchdog_robustness: %s" % _util.load_note())
     tmp = tempfile.mkdtemp(prefix="hk_wdrob_")

@@ -157,7 +157,8 @@ class Targets:
     """The parsers, the exception each documents, and a stdlib anchor for the ratio."""
 
     def __init__(self, tmpdir):
-        from hpc_hangkit import config, slurm
+        from hpc_hangkit import config
+        from hpc_hangkit.slurm import commands as slurm
         from hpc_hangkit.parse import faulthandler, flightrec, heartbeat, ncclras, pyspy
         from hpc_hangkit.parse import traceback as tbmod
 

@@ -2,9 +2,9 @@
 
 Rank-side API (cheap, safe to import in any rank):
 
-- :func:`checkpoint` -- heartbeat + watchdog deadline push (see :mod:`hpc_hangkit.watchdog`)
+- :func:`checkpoint` -- heartbeat + watchdog deadline push (see :mod:`hpc_hangkit.arm.watchdog`)
 - :func:`watch`, :func:`unwatch`, :func:`watching`
-- :func:`ranks_agree`, :func:`collective` (see :mod:`hpc_hangkit.agree`)
+- :func:`ranks_agree`, :func:`collective` (see :mod:`hpc_hangkit.arm.agree`)
 
 Everything else (parsers, roll call, monitor, Slurm integration) lives in
 submodules and is imported on demand.
@@ -13,12 +13,12 @@ submodules and is imported on demand.
 __version__ = "0.1.0"
 
 _LAZY = {
-    "checkpoint": "hpc_hangkit.watchdog",
-    "watch": "hpc_hangkit.watchdog",
-    "unwatch": "hpc_hangkit.watchdog",
-    "watching": "hpc_hangkit.watchdog",
-    "ranks_agree": "hpc_hangkit.agree",
-    "collective": "hpc_hangkit.agree",
+    "checkpoint": "hpc_hangkit.arm.watchdog",
+    "watch": "hpc_hangkit.arm.watchdog",
+    "unwatch": "hpc_hangkit.arm.watchdog",
+    "watching": "hpc_hangkit.arm.watchdog",
+    "ranks_agree": "hpc_hangkit.arm.agree",
+    "collective": "hpc_hangkit.arm.agree",
 }
 
 

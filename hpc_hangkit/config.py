@@ -21,9 +21,10 @@ import difflib
 import math
 import os
 import re
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 from hpc_hangkit import layout
+from hpc_hangkit.boot import _hangkit_names as _rank_names
 
 __all__ = ["ConfigError", "Settings", "load_settings", "SETTINGS", "boot_dir"]
 
@@ -40,7 +41,7 @@ class ConfigError(ValueError):
 
 # --- value parsers: (raw, from_text) -> value; raise ValueError(why) ----------------
 
-_TRUE = ("1", "true", "yes", "on")
+_TRUE = _rank_names.TRUE_WORDS
 _FALSE = ("0", "false", "no", "off")
 
 
@@ -81,6 +82,25 @@ def _seconds_between(lo, hi):
         return v
 
     return parse
+
+
+#: the setting epilog_budget_s: its default and its range (seconds); slurm/epilog, which
+#: cannot import hpc_hangkit, holds a copy (tests/collect/test_collect_epilog.py compares)
+EPILOG_BUDGET_DEFAULT_S = 60.0
+EPILOG_BUDGET_RANGE_S = (5.0, 3600.0)
+
+
+def epilog_budget_s(raw) -> float:
+    """Seconds of the setting ``epilog_budget_s`` given as ``raw`` (environment text or a
+    TOML number): the value if it is a number in :data:`EPILOG_BUDGET_RANGE_S`, else (None,
+    empty, not a number, out of range) :data:`EPILOG_BUDGET_DEFAULT_S`. Never raises; for
+    when the site config cannot be loaded (:func:`load_settings` reports that error)."""
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return EPILOG_BUDGET_DEFAULT_S
+    try:
+        return float(_seconds_between(*EPILOG_BUDGET_RANGE_S)(raw, isinstance(raw, str)))
+    except ValueError:
+        return EPILOG_BUDGET_DEFAULT_S
 
 
 def _count(minimum):
@@ -127,6 +147,17 @@ def _mode(raw, text):
     s = _string(raw, text).lower()
     if s not in ("off", "observe", "fail"):
         raise ValueError("must be one of off, observe, fail")
+    return s
+
+
+#: ``native_stacks`` values: where ``py-spy dump --native`` runs at capture
+NATIVE_STACKS = ("auto", "all", "none")
+
+
+def _native_stacks(raw, text):
+    s = _string(raw, text).lower()
+    if s not in NATIVE_STACKS:
+        raise ValueError("must be one of %s" % ", ".join(NATIVE_STACKS))
     return s
 
 
@@ -189,6 +220,27 @@ def _host_port(raw, text):
     return s
 
 
+def port_range(text: Optional[str]) -> Optional[Tuple[int, int]]:
+    """``"28100-28999"`` -> ``(28100, 28999)``; None, ``""`` or ``"off"`` -> None (no
+    per-job RAS address). Raises ValueError unless ``LO-HI`` with 1024 <= LO <= HI <= 65535
+    (a port below 1024 needs root, and NCCL binds as the job's user). Pure."""
+    if text is None or str(text).strip().lower() in ("", "off"):
+        return None
+    m = re.match(r"^\s*(\d+)\s*-\s*(\d+)\s*$", str(text))
+    if not m:
+        raise ValueError("expected LO-HI (e.g. 28100-28999) or off")
+    lo, hi = int(m.group(1)), int(m.group(2))
+    if not 1024 <= lo <= hi <= 65535:
+        raise ValueError("ports must satisfy 1024 <= LO <= HI <= 65535")
+    return lo, hi
+
+
+def _port_range(raw, text):
+    s = _string(raw, text)
+    r = port_range(s)
+    return "off" if r is None else "%d-%d" % r
+
+
 @dataclasses.dataclass(frozen=True)
 class _Spec:
     name: str
@@ -203,24 +255,34 @@ SETTINGS = (
     _Spec("mode", "observe", _mode, "off | observe | fail: off arms nothing; observe logs and captures; fail also requeues"),
     _Spec("poll_interval_s", 15.0, _positive_seconds, "seconds between monitor polls"),
     _Spec("confirm_duration_s", 600.0, _positive_seconds,
-          "seconds stalled before a hang is confirmed (rounded up to whole polls); must be > poll_interval_s"),
+          "wall-clock seconds stalled before a hang is confirmed (whatever a poll costs); must be > poll_interval_s"),
+    _Spec("together_confirm_s", None, _optional_string(_positive_seconds),
+          "seconds every rank must sit in the same distributed call with nothing moving before a TOGETHER "
+          "hang is confirmed (unset: 2 x confirm_duration_s); must be > poll_interval_s"),
     _Spec("suspect_after_s", 60.0, _positive_seconds, "seconds stalled before the first 'suspected' warning"),
     _Spec("report_every_s", 120.0, _positive_seconds, "seconds between 'still suspected' reports"),
-    _Spec("watchdog_period_s", 30.0, _positive_seconds,
+    _Spec("watchdog_period_s", _rank_names.DEFAULT_PERIOD_S, _positive_seconds,
           "seconds without checkpoint() before a rank's stack is dumped, and between repeated dumps"),
-    _Spec("watchdog_signal", "SIGURG", _signal, "signal for stall and on-demand dumps"),
+    _Spec("watchdog_signal", _rank_names.DEFAULT_SIGNAL, _signal, "signal for stall and on-demand dumps"),
     _Spec("scratch_dir", layout.DEFAULT_SCRATCH_DIR, _abs_path, "node-local scratch root (absolute path)"),
     _Spec("storage_url", None, _optional_string(_storage_url), "fsspec URL or absolute path where dumps are collected"),
     _Spec("max_hang_requeues", 1, _count(0), "hang requeues allowed per job in fail mode"),
-    _Spec("epilog_budget_s", 60.0, _seconds_between(5, 3600),
+    _Spec("epilog_budget_s", EPILOG_BUDGET_DEFAULT_S, _seconds_between(*EPILOG_BUDGET_RANGE_S),
           "seconds the Slurm epilog (the collector) may take in all; keep it + 2 s below slurm.conf PrologEpilogTimeout (EpilogTimeout from Slurm 25.05)"),
     _Spec("flight_recorder_buffer", 2000, _count(0), "PyTorch Flight Recorder entries per rank (0 = off)"),
     _Spec("ncclras_path", "ncclras", _command, "ncclras command", ("ncclras", "path")),
     _Spec("ncclras_address", None, _optional_string(_host_port), "NCCL RAS host:port (unset: NCCL's default)",
           ("ncclras", "address")),
+    _Spec("ncclras_port_range", "28100-28999", _port_range,
+          "ports the Slurm prolog picks each job's own NCCL_RAS_ADDR from (off: NCCL's default for all)",
+          ("ncclras", "port_range")),
     _Spec("ncclras_timeout_s", 10.0, _positive_seconds, "seconds before an ncclras query is abandoned",
           ("ncclras", "timeout_s")),
     _Spec("pyspy_path", "py-spy", _command, "py-spy command", ("pyspy", "path")),
+    _Spec("native_stacks", "auto", _native_stacks,
+          "auto | all | none: which ranks get py-spy --native at capture (auto: suspects, one per "
+          "waiting group, ranks in a call the roll call cannot name; every rank gets its Python stack)",
+          ("pyspy", "native")),
     _Spec("auto_checkin", False, _bool, "hook torch.distributed collectives to call checkpoint() automatically"),
     _Spec("stack_samples", 5, _count(1), "K: a rank's position is its modal position over its last K dumps"),
 )
@@ -256,6 +318,7 @@ class Settings:
     mode: str
     poll_interval_s: float
     confirm_duration_s: float
+    together_confirm_s: Optional[float]
     suspect_after_s: float
     report_every_s: float
     watchdog_period_s: float
@@ -267,8 +330,10 @@ class Settings:
     flight_recorder_buffer: int
     ncclras_path: str
     ncclras_address: Optional[str]
+    ncclras_port_range: str
     ncclras_timeout_s: float
     pyspy_path: str
+    native_stacks: str
     auto_checkin: bool
     stack_samples: int
     sources: Dict[str, str] = dataclasses.field(default_factory=dict, compare=False, repr=False)
@@ -281,17 +346,25 @@ class Settings:
 
     @property
     def confirm_polls(self) -> int:
-        """Polls in the confirm window: ceil(confirm_duration_s / poll_interval_s)."""
+        """Polls in the confirm window when polls run on time: ceil(confirm_duration_s /
+        poll_interval_s). Informational (history sizes, logs): the detector's window is time."""
         return max(1, int(math.ceil(self.confirm_duration_s / self.poll_interval_s - 1e-9)))
 
     @property
     def effective_confirm_s(self) -> float:
-        """The confirm window actually used: confirm_polls * poll_interval_s (seconds)."""
+        """Seconds from the stall to its confirmation when polls run on time:
+        confirm_polls * poll_interval_s (see :class:`hpc_hangkit.detect.detector.Detector`)."""
         return self.confirm_polls * self.poll_interval_s
 
     def as_dict(self) -> Dict[str, Any]:
         """Setting name -> value (no sources)."""
         return {s.name: getattr(self, s.name) for s in SETTINGS}
+
+    @property
+    def effective_together_confirm_s(self) -> float:
+        """Seconds before a TOGETHER hang is confirmed: ``together_confirm_s``, or 2 x
+        ``confirm_duration_s`` when unset."""
+        return self.together_confirm_s if self.together_confirm_s is not None else 2 * self.confirm_duration_s
 
     def to_env(self, job_scratch: str, base_env: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
         """The full environment of a job's processes (the ONLY producer of it).
@@ -492,4 +565,9 @@ def load_settings(env: Optional[Mapping[str, str]] = None, path: Optional[str] =
         raise ConfigError("%s: confirm_duration_s (%r, from %s) must be > poll_interval_s (%r, from %s)" % (
             src, values["confirm_duration_s"], sources["confirm_duration_s"], values["poll_interval_s"],
             sources["poll_interval_s"]), "confirm_duration_s", values["confirm_duration_s"], src)
+    tc = values["together_confirm_s"]
+    if tc is not None and not tc > values["poll_interval_s"]:
+        src = sources["together_confirm_s"]
+        raise ConfigError("%s: together_confirm_s (%r) must be > poll_interval_s (%r, from %s)" % (
+            src, tc, values["poll_interval_s"], sources["poll_interval_s"]), "together_confirm_s", tc, src)
     return Settings(sources=sources, config_path=cfg, **values)

@@ -6,7 +6,7 @@ each a rank or an inclusive ``first-last`` run. Two consecutive ranks print as
 a run (``0-1``).
 """
 
-__all__ = ["format_ranks", "parse_ranks", "MAX_RANKS"]
+__all__ = ["format_ranks", "parse_ranks", "ranks_label", "MAX_RANKS"]
 
 #: the most ranks :func:`parse_ranks` expands (16,777,216: 16x the largest jobs run today);
 #: a rank set read from a file or a summary (``"0-999999999999"``) cannot make it allocate more
@@ -40,6 +40,15 @@ def format_ranks(ranks):
     if prev is not None:
         items.append(_item(run_start, prev))
     return ",".join(items)
+
+
+def ranks_label(ranks, align=False):
+    """``"rank 3"`` or ``"ranks 0,2-7"`` (:func:`format_ranks` of ``ranks``, an iterable of
+    non-negative ints); ``align=True`` pads the singular to the plural's width
+    (``"rank  3"``) for columns. Raises like :func:`format_ranks`."""
+    ranks = list(ranks)
+    word = "ranks" if len(ranks) != 1 else ("rank " if align else "rank")
+    return "%s %s" % (word, format_ranks(ranks))
 
 
 def _item(first, last):

@@ -9,10 +9,11 @@ Stages (each logged to stderr with a UTC timestamp):
    starts in its own process group (session). SIGINT/SIGTERM/SIGHUP sent to
    ``hpc-hangkit run`` are forwarded to that whole group; a second one after
    the grace period escalates to SIGKILL.
-3. **monitor**: :class:`hpc_hangkit.monitor.Monitor` with
-   :class:`hpc_hangkit.monitor.StackSource` every ``poll_interval_s`` seconds.
+3. **monitor**: :class:`hpc_hangkit.detect.monitor.Monitor` over the sources of
+   the evidence registry (:func:`hpc_hangkit.detect.monitor.poll_sources`: the
+   stacks, NCCL RAS where it works) every ``poll_interval_s`` seconds.
 4. **capture + report** on confirmation, while the ranks live, into
-   ``<out>/hang_detector/`` (see :func:`hpc_hangkit.monitor.capture_and_report`);
+   ``<out>/hang_detector/`` (see :func:`hpc_hangkit.detect.monitor.capture_and_report`);
    the roll call is printed to stdout and written as ``report.txt``/``report.json``
    (and ``--json-out``).
 5. **act**: ``observe`` keeps waiting for the launcher; ``fail`` terminates the
@@ -183,13 +184,13 @@ class Run:
 
     # -- confirmation ---------------------------------------------------------
     def _on_confirmed(self, ev):
-        from hpc_hangkit.monitor import capture_and_report
+        from hpc_hangkit.detect.monitor import capture_and_report, suspects_of
         if self.hang_confirmed:
             log.info("%s confirmed again; diagnostics were already captured", ev.key)
             return
         self.hang_confirmed = True
         rep, text, res = capture_and_report(self.settings, self.scratch, self.hd_dir,
-                                            events=self.monitor.events)
+                                            events=self.monitor.events, suspects=suspects_of(ev))
         self.report = rep
         for p in res.problems:
             log.warning("capture: %s", p)
@@ -220,8 +221,8 @@ class Run:
     # -- main -------------------------------------------------------------------
     def execute(self) -> int:
         """Run the job to its end; return the exit status (see the module docstring)."""
-        from hpc_hangkit.detector import Detector
-        from hpc_hangkit.monitor import EventLog, Monitor, StackSource
+        from hpc_hangkit.detect.detector import Detector
+        from hpc_hangkit.detect.monitor import EventLog, Monitor, poll_sources
 
         env = self.prepare()
         mode = self.settings.mode
@@ -250,15 +251,11 @@ class Run:
             tool_failed = False
             if mode != "off":
                 det = Detector.from_settings(self.settings)
-                sources = [StackSource(self.scratch, samples=self.settings.stack_samples,
-                                       sample_signal=self.settings.watchdog_signal)]
-                from hpc_hangkit.ras import maybe_source  # NCCL RAS: one key per communicator
-                ras = maybe_source(self.settings, out_dir=self.hd_dir)
-                if ras is not None:
-                    sources.append(ras)
+                # stacks (one key), NCCL RAS where ncclras works (one key per communicator)
+                sources = poll_sources(self.settings, self.scratch, self.hd_dir)
                 self.monitor = Monitor(det, sources, hd_dir=self.hd_dir, on_confirmed=self._on_confirmed)
                 self.monitor.events = events
-                log.info("monitoring (confirm window %d polls)", det.confirm_polls)
+                log.info("monitoring (confirm window %g s of wall-clock time)", det.confirm_duration_s)
                 try:
                     self.monitor.run(alive=lambda: self.proc.poll() is None, wait=self._wait)
                 except Exception as e:

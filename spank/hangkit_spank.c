@@ -19,13 +19,20 @@
  *   batch step only (task_init, as the job's user): starts the batch-step
  *     monitor `<bin> slurm-monitor` as a child of the batch script; it gets
  *     SIGTERM when the batch script ends (PR_SET_PDEATHSIG).
+ *   srun, interactive steps only (local_user_init, in the srun process, as
+ *     the user, after the step is created): starts the step monitor
+ *     `<bin> slurm-monitor --step <job>.<step>` as a child of srun, its
+ *     output on srun's stderr (the user's terminal), SIGTERM when srun exits.
+ *     Not for an srun of a batch script (ENVIRONMENT=BATCH: the batch monitor
+ *     watches it) nor for a step whose mode is off. What it watches and does
+ *     (fail mode ends the step) is Python: hpc_hangkit.slurm.batch.StepMonitor.
  *
  * plugstack.conf arguments (all optional):
  *   default=off|observe|fail   site default when the user gives no option (off)
  *   scratch_dir=/tmp/hpc-hangkit  must equal scratch_dir in the site TOML
  *                              (`hpc-hangkit admin check` compares them)
- *   bin=/abs/hpc-hangkit       program started as the batch-step monitor;
- *                              without it no monitor is started
+ *   bin=/abs/hpc-hangkit       program started as the batch-step and step
+ *                              monitors; without it no monitor is started
  *
  * Build: make -C spank   (needs slurm/spank.h: Debian package libslurm-dev).
  * A plugin is tied to the Slurm release it was built against: rebuild after
@@ -48,6 +55,9 @@
 
 #ifndef SLURM_BATCH_SCRIPT
 #define SLURM_BATCH_SCRIPT (0xfffffffb)
+#endif
+#ifndef SLURM_MAX_NORMAL_STEP_ID
+#define SLURM_MAX_NORMAL_STEP_ID (0xfffffff0)
 #endif
 
 SPANK_PLUGIN(hangkit, 1);
@@ -390,6 +400,101 @@ static void _start_monitor(spank_t sp)
 		_exit(127);
 	}
 	free(menv);
+}
+
+/* The child of a fork in a monitor-starting process: keep only stdin
+ * (/dev/null), stdout and stderr, and give it default signal handling (the
+ * parent's mask and ignored signals survive exec). Async-signal-safe calls
+ * only: the parent (srun) has threads. */
+static void _child_fds_and_signals(int out_to_err)
+{
+	sigset_t none;
+	int nul = open("/dev/null", O_RDONLY);
+	long maxfd = sysconf(_SC_OPEN_MAX);
+
+	if (nul >= 0) {
+		dup2(nul, 0);
+		if (nul > 2)
+			close(nul);
+	}
+	if (out_to_err)
+		dup2(2, 1);
+	if (maxfd < 0 || maxfd > 65536)
+		maxfd = 65536;
+	for (long fd = 3; fd < maxfd; fd++)
+		close((int) fd);
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	signal(SIGTERM, SIG_DFL);
+	signal(SIGINT, SIG_DFL);
+	signal(SIGHUP, SIG_DFL);
+	signal(SIGPIPE, SIG_DFL);
+	signal(SIGCHLD, SIG_DFL);
+}
+
+/* srun (local context, as the user, the step allocated, tasks not yet
+ * launched): start `<bin> slurm-monitor --step J.S` for an interactive step.
+ * Its stderr (and stdout) is srun's stderr, the user's terminal, so srun's
+ * own stdout carries only the tasks' output; it gets SIGTERM when srun
+ * exits (PR_SET_PDEATHSIG). An srun in a batch script (ENVIRONMENT=BATCH,
+ * which sbatch sets and the script's sruns inherit) is skipped here, before
+ * any interpreter starts: the batch monitor watches those steps. What the
+ * monitor does is Python's (hpc_hangkit.slurm.batch.StepMonitor). */
+static void _start_step_monitor(spank_t sp)
+{
+	extern char **environ;
+	char **menv, step[48], mode_kv[32];
+	const char *env_kind = getenv("ENVIRONMENT");
+	uint32_t jobid = 0, stepid = 0;
+	size_t n = 0, k = 0;
+	pid_t parent = getpid(), pid;
+
+	if (env_kind && !strcmp(env_kind, "BATCH"))
+		return;
+	if (spank_get_item(sp, S_JOB_ID, &jobid) != ESPANK_SUCCESS ||
+	    spank_get_item(sp, S_JOB_STEPID, &stepid) != ESPANK_SUCCESS)
+		return;
+	if (stepid > SLURM_MAX_NORMAL_STEP_ID)  /* batch, extern, interactive */
+		return;
+	snprintf(step, sizeof(step), "%u.%u", jobid, stepid);
+	snprintf(mode_kv, sizeof(mode_kv), "HANGKIT_MODE=%s", _mode());
+	while (environ && environ[n])
+		n++;
+	menv = calloc(n + 2, sizeof(char *));
+	if (!menv)
+		return;
+	for (size_t i = 0; i < n; i++)
+		if (!_drop_from_monitor_env(environ[i]) &&
+		    strncmp(environ[i], "HANGKIT_MODE=", 13))
+			menv[k++] = environ[i];
+	menv[k++] = mode_kv;
+	menv[k] = NULL;
+
+	pid = fork();
+	if (pid < 0) {
+		slurm_error("hpc-hangkit: fork for the step monitor failed: %m");
+		free(menv);
+		return;
+	}
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGTERM);
+		if (getppid() != parent)
+			_exit(0);
+		_child_fds_and_signals(1);
+		execle(bin, bin, "slurm-monitor", "--step", step, (char *) NULL,
+		       menv);
+		_exit(127);
+	}
+	free(menv);
+}
+
+int slurm_spank_local_user_init(spank_t sp, int ac, char **av)
+{
+	_parse_args(ac, av);
+	if (spank_context() != S_CTX_LOCAL || !bin || !strcmp(_mode(), "off"))
+		return 0;
+	_start_step_monitor(sp);
+	return 0;
 }
 
 int slurm_spank_task_init(spank_t sp, int ac, char **av)

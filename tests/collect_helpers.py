@@ -11,13 +11,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import types
 import urllib.request
 
 import pytest
 
 from hpc_hangkit import layout
+from testlib import wait_for
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EPILOG = os.path.join(REPO, "slurm", "epilog")
@@ -104,6 +104,8 @@ def epilog_env(job_id, uid, gid, user, attempt=0, extra=None):
         "SLURM_JOB_UID": str(uid), "SLURM_JOB_GID": str(gid), "SLURM_JOB_USER": user,
         "SLURM_JOB_RESTART_COUNT": str(attempt), "SLURMD_NODENAME": "hk1",
         "SLURM_SCRIPT_CONTEXT": "epilog_slurmd", "SPANK_HANGKIT_MODE": "observe",
+        # this tree's hpc_hangkit, not whichever one the interpreter has installed
+        "PYTHONPATH": REPO,
     }
     env.update(extra or {})
     return env
@@ -123,16 +125,19 @@ def start_moto(spawn, port):
     p = spawn([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
               stdout=log, stderr=subprocess.STDOUT)
     url = "http://127.0.0.1:%d" % port
-    end = time.monotonic() + 30
-    while time.monotonic() < end:
+
+    def answers():
         try:
             urllib.request.urlopen(url + "/", timeout=1).read()
-            return p, url
+            return True
         except Exception:
             if p.poll() is not None:
                 raise RuntimeError("moto server exited with %s" % p.returncode)
-            time.sleep(0.2)
-    raise RuntimeError("moto server did not answer on %s" % url)
+            return False
+
+    wait_for(answers, 30, 0.2, what="the moto server to answer on %s" % url,
+             detail=lambda: "log %s" % log.name)
+    return p, url
 
 
 @pytest.fixture
@@ -146,3 +151,50 @@ def area():
 
 S3_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
           "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+def two_users():
+    """[(uid, gid, name), ...] of hkuser (the job's user) and hkuser2 (a neighbour),
+    added the way slurm/testbed/up.sh adds them if this machine lacks them."""
+    out = []
+    for name in ("hkuser", "hkuser2"):
+        try:
+            pw = pwd.getpwnam(name)
+        except KeyError:
+            subprocess.run(["useradd", "-m", "-s", "/bin/bash", name], check=True, timeout=60)
+            pw = pwd.getpwnam(name)
+        out.append((pw.pw_uid, pw.pw_gid, pw.pw_name))
+    return out
+
+
+def as_uid(uid, gid, fn):
+    """Run ``fn()`` in a forked child as uid/gid (no supplementary groups); returns what it
+    returned (pickled through a pipe), or the exception it raised as a string."""
+    import pickle
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            os.setgroups([])
+            os.setresgid(gid, gid, gid)
+            os.setresuid(uid, uid, uid)
+            try:
+                out = ("ok", fn())
+            except BaseException as e:  # noqa: BLE001 -- reported to the test
+                out = ("error", "%s: %s" % (type(e).__name__, e))
+            os.write(w, pickle.dumps(out))
+        finally:
+            os._exit(0)
+    os.close(w)
+    data = b""
+    while True:
+        b = os.read(r, 65536)
+        if not b:
+            break
+        data += b
+    os.close(r)
+    os.waitpid(pid, 0)
+    kind, val = pickle.loads(data)
+    return val if kind == "ok" else "ERROR " + val

@@ -4,18 +4,19 @@ Rules for tests that start processes (see DEVELOPERS.md):
 - every child runs in its own session/process group (``spawn`` below does it);
 - the fixture kills the whole group in teardown, pass or fail;
 - every test has a timeout (pytest-timeout, default in pyproject.toml).
+
+Every roll call JSON a test leaves under its ``tmp_path`` is checked against
+hpc_hangkit/report/schema.json after the test (``_reports_match_the_schema``).
 """
 import os
 import signal
 import socket
 import subprocess
 import sys
-import time
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FIXTURES = os.path.join(REPO, "tests", "fixtures")
+from testlib import FIXTURES, REPO, report_violations_under  # noqa: F401  (REPO, FIXTURES: re-exported to tests)
 
 
 def free_port():
@@ -64,6 +65,23 @@ def spawn():
     yield _spawn
     for p in procs:
         _kill_group(p)
+
+
+@pytest.fixture(autouse=True)
+def _reports_match_the_schema(request):
+    """After the test (and after its processes are killed: this fixture is set up first,
+    so it is torn down last), every report.json, and every other *.json holding a roll
+    call (``--json-out``), under the test's ``tmp_path`` must match the schema; a
+    violation is an error of this test naming the file and the fields."""
+    yield
+    tmp = request.node.funcargs.get("tmp_path") if hasattr(request.node, "funcargs") else None
+    if tmp is None or not os.path.isdir(str(tmp)):
+        return
+    bad = report_violations_under(str(tmp))
+    if bad:
+        pytest.fail("report JSON written by this test does not match hpc_hangkit/report/schema.json:\n" + "\n".join(
+            "%s:\n  %s" % (os.path.relpath(p, str(tmp)), "\n  ".join(errs)) for p, errs in sorted(bad.items())),
+            pytrace=False)
 
 
 @pytest.fixture

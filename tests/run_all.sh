@@ -3,10 +3,35 @@
 #   installs what the tests need (apt + pip), brings up the 2-node Slurm test
 #   cluster (slurm/testbed/up.sh), runs pytest, tears the cluster down.
 # Extra arguments go to pytest, e.g.  bash tests/run_all.sh -k rollcall
+#
+#   --slurm LIST   Slurm releases the cluster tests run on, comma-separated:
+#                  native (this machine's Slurm: the whole suite runs here),
+#                  22.05, 24.11, 26.05 (the cluster tests, -m slurm, also run on
+#                  that release, in its Debian root: slurm/testbed/inroot.sh),
+#                  all = native and every other of the three; none = no
+#                  cluster (pytest runs what it is given, e.g. -m "not slurm").
+#                  Default: native.
+#
+# Python: $PYTHON if set; else python3, unless it is Debian's externally managed
+# one (PEP 668: pip refuses to install into it), in which case a virtual
+# environment is made at $HK_VENV (default /opt/hpc-hangkit-test, tools/venv.sh,
+# installing python3-venv if missing) and everything is installed there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
+RELEASES=native
+if [ "${1:-}" = --slurm ]; then
+  [ $# -ge 2 ] || { echo "run_all.sh: --slurm needs a list (native,22.05,24.11,26.05 or all)" >&2; exit 2; }
+  RELEASES=$2; shift 2
+fi
 PY=${PYTHON:-python3}
+if [ -z "${PYTHON:-}" ] && "$PY" -c 'import os, sys, sysconfig
+sys.exit(0 if sys.prefix == sys.base_prefix and os.path.exists(
+    os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")) else 1)' 2>/dev/null; then
+  HK_VENV=${HK_VENV:-/opt/hpc-hangkit-test}
+  sh tools/venv.sh "$HK_VENV"
+  PY=$HK_VENV/bin/python
+fi
 
 step() { printf '\n== %s (%s)\n' "$*" "$(date -u +%H:%M:%S)"; }
 
@@ -26,11 +51,46 @@ step "pip packages"
 "$PY" -m pip install -q torch==2.13.0        # CPU wheel (unpinned torch would pull a CUDA build)
 "$PY" -m pip install -q -e '.[test]'
 
-if [ -x slurm/testbed/up.sh ] || [ -f slurm/testbed/up.sh ]; then
-  step "2-node Slurm test cluster"
-  trap 'bash slurm/testbed/down.sh >/dev/null 2>&1 || true' EXIT
-  HK_PYTHON="$PY" bash slurm/testbed/up.sh
-fi
+NATIVE=$(slurmd -V 2>/dev/null | awk '{print $NF}' | cut -d. -f1,2 || true)
+case ",$RELEASES," in *,all,*) RELEASES="native,22.05,24.11,26.05" ;; esac
+OTHERS=$(echo "$RELEASES" | tr ',' '\n' | grep -v -x -e native -e none -e "$NATIVE" | sort -u | tr '\n' ' ' || true)
+SUMMARY=()
+pytest_summary() { # label logfile: keep pytest's last line
+  SUMMARY+=("$1: $(grep -E '(passed|failed|error)' "$2" | tail -n1)")
+}
 
-step "pytest"
-"$PY" -m pytest -q -p no:cacheprovider -o addopts="" "$@"
+rc=0
+if [ "$RELEASES" = none ]; then
+  step "pytest (no Slurm cluster)"
+  "$PY" -m pytest -q -p no:cacheprovider -o addopts="" "$@" || rc=1
+  OTHERS=""
+elif echo ",$RELEASES," | grep -q -e ",native," -e ",$NATIVE,"; then
+  if [ -f slurm/testbed/up.sh ]; then
+    step "2-node Slurm test cluster (Slurm $NATIVE, native)"
+    trap 'bash slurm/testbed/down.sh >/dev/null 2>&1 || true' EXIT
+    HK_PYTHON="$PY" bash slurm/testbed/up.sh
+  fi
+  step "pytest"
+  log=$(mktemp)
+  "$PY" -m pytest -q -p no:cacheprovider -o addopts="" "$@" 2>&1 | tee "$log" || rc=1
+  pytest_summary "Slurm $NATIVE (native), whole suite" "$log"
+  rm -f "$log"
+  bash slurm/testbed/down.sh >/dev/null 2>&1 || true
+fi
+# the interpreter by its real path: that is the path bind-mounted into the roots
+[ -z "$OTHERS" ] || PY=$("$PY" -c 'import sys; print(sys.executable)')
+for rel in $OTHERS; do
+  step "cluster tests on Slurm $rel (Debian root)"
+  if ! HK_SLURM=$rel HK_PYTHON="$PY" bash slurm/testbed/up.sh; then
+    SUMMARY+=("Slurm $rel: cluster did not come up"); rc=1; continue
+  fi
+  log=$(mktemp)
+  HK_SLURM=$rel bash slurm/testbed/inroot.sh "$rel" "$PY" -m pytest -q -p no:cacheprovider -o addopts="" \
+    -m slurm tests/slurm "$@" 2>&1 | tee "$log" || rc=1
+  pytest_summary "Slurm $rel (Debian root), cluster tests" "$log"
+  rm -f "$log"
+  HK_SLURM=$rel bash slurm/testbed/down.sh >/dev/null 2>&1 || true
+done
+step "summary"
+[ ${#SUMMARY[@]} -eq 0 ] || printf '%s\n' "${SUMMARY[@]}"
+exit $rc

@@ -21,6 +21,20 @@ collectives in the same order carry the same ``seq`` at the same call, so a
 rank whose heartbeat says ``seq=11`` while the others say ``seq=12`` is one
 collective behind.
 
+Group creation is checked in too: ``new_group``, ``new_subgroups``,
+``new_subgroups_by_enumeration``, ``split_group`` and ``init_device_mesh`` (all
+present in torch 2.13; a name the loaded torch lacks is skipped, and
+``init_device_mesh`` is wrapped both in ``torch.distributed`` and in
+``torch.distributed.device_mesh``, where most code imports it from). Their label
+names the call, a per-process count of creation calls and the argument every rank
+must pass alike, e.g. ``torch.distributed.new_group make=1 ranks=[0, 1]``, with
+`` local`` appended when ``use_local_synchronization`` is true. ``new_group``'s
+ranks are shown sorted unless ``sort_ranks=False`` (torch sorts them too). An
+argument longer than :data:`ARGS_SHOWN` characters is cut after its first items
+and followed by ``...#<crc32 of the whole>``, so two long lists that differ after
+the cut still differ. The roll call reads these labels (SAME_LINE_DIFFERENT_ARGS,
+docs/report.md).
+
 Not seen (see docs/agree.md): collectives issued from C++ (DDP's gradient
 buckets, ``_broadcast_coalesced``, FSDP/c10d internals that call the C++
 process group directly), functional collectives
@@ -31,8 +45,10 @@ finished loading.
 """
 
 import functools
+import operator
 import sys
 import weakref
+import zlib
 
 TARGET = "torch.distributed"
 
@@ -66,6 +82,19 @@ OPS = (
     ("batch_isend_irecv", True, None),
 )
 
+# (group-creation function, the argument every rank must pass alike)
+MAKERS = (
+    ("new_group", "ranks"),
+    ("new_subgroups", "group_size"),
+    ("new_subgroups_by_enumeration", "ranks_per_subgroup_list"),
+    ("split_group", "split_ranks"),
+    ("init_device_mesh", "mesh_shape"),
+)
+#: the submodule that also exports init_device_mesh (``from torch.distributed.device_mesh import ...``)
+MESH_MODULE = "device_mesh"
+#: characters of a creation argument kept in the label (a 200-byte slot holds the rest of the label too)
+ARGS_SHOWN = 64
+
 _MARK = "_hangkit_original"
 
 _finder = None
@@ -77,6 +106,7 @@ _patched = []  # names wrapped in the loaded module (for tests and docs)
 _groups = {}
 _refs = {}  # id(group) -> weakref (or the group) that clears its key
 _caches = []  # every wrapper's {id(group): (counters, label format)}
+_made = [0]  # group-creation calls of this process, all makers together
 
 
 def arm(env=None, checkpoint=None):
@@ -116,11 +146,14 @@ def disarm():
     mod = sys.modules.get(TARGET)
     if mod is not None:
         for name in _patched:
-            fn = getattr(mod, name, None)
+            owner, _, attr = name.rpartition(".")
+            where = sys.modules.get(TARGET + "." + owner) if owner else mod
+            fn = getattr(where, attr, None)
             orig = getattr(fn, _MARK, None)
             if orig is not None:
-                setattr(mod, name, orig)
+                setattr(where, attr, orig)
     del _patched[:]
+    _made[0] = 0
     _groups.clear()
     _refs.clear()
     for cache in _caches:
@@ -214,6 +247,23 @@ def _patch(mod):
             _patched.append(name)
         except Exception:
             continue
+    mesh = sys.modules.get(TARGET + "." + MESH_MODULE)
+    for owner, prefix in ((mod, ""), (mesh, MESH_MODULE + ".")):
+        for name, arg in MAKERS:
+            fn = getattr(owner, name, None) if owner is not None else None
+            if fn is None or not callable(fn) or getattr(fn, _MARK, None) is not None:
+                continue
+            if prefix and name != "init_device_mesh":
+                continue
+            try:
+                params = list(inspect.signature(fn).parameters)
+            except (TypeError, ValueError):
+                params = []
+            try:
+                setattr(owner, name, _wrap_maker(name, fn, arg, params))
+                _patched.append(prefix + name)
+            except Exception:
+                continue
 
 
 def _group_entry(mod, group):
@@ -293,6 +343,64 @@ def _wrap(mod, name, fn, p2p, gidx, peer, pidx):
                 who = args[pidx] if len(args) > pidx >= 0 else kwargs.get(peer)
                 if who is not None:
                     label = label + peer_word + str(who)
+            _checkpoint(label)
+        except Exception:
+            pass
+        return fn(*args, **kwargs)
+
+    setattr(wrapper, _MARK, fn)
+    return wrapper
+
+
+def _plain(value):
+    """``value`` as plain Python for the label: sequences (nested too) as lists, integers as int."""
+    if isinstance(value, (list, tuple, range)):
+        return [_plain(v) for v in value]
+    if isinstance(value, bool) or value is None:
+        return value
+    try:
+        return operator.index(value)
+    except TypeError:
+        return value
+
+
+def compact(value):
+    """The label text of a creation argument: its ``repr`` as plain Python (:func:`_plain`),
+    or, past :data:`ARGS_SHOWN` characters, its first whole items then ``...#<crc32>``
+    (8 hex digits of the whole text)."""
+    text = repr(_plain(value))
+    if len(text) <= ARGS_SHOWN:
+        return text
+    cut = text.rfind(", ", 0, ARGS_SHOWN)
+    head = text[:cut if cut > 0 else ARGS_SHOWN]
+    return "%s, ...#%08x" % (head, zlib.crc32(text.encode("utf-8", "replace")) & 0xFFFFFFFF)
+
+
+def _wrap_maker(name, fn, arg, params):
+    """The check-in wrapper of the group-creation function ``fn`` (``torch.distributed.<name>``).
+
+    ``arg``: the argument every rank must pass alike; ``params``: ``fn``'s parameter names
+    (positions of ``arg``, ``use_local_synchronization`` and ``sort_ranks``; absent: keyword
+    only). Label: ``torch.distributed.<name> make=<n> <arg>=<compact(value)>[ local]``.
+    """
+    head = "torch.distributed.%s make=%%d %s=%%s" % (name, arg)
+    idx = {p: (params.index(p) if p in params else -1)
+           for p in (arg, "use_local_synchronization", "sort_ranks")}
+
+    def get(args, kwargs, p, default=None):
+        i = idx[p]
+        return args[i] if len(args) > i >= 0 else kwargs.get(p, default)
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            value = get(args, kwargs, arg)
+            if name == "new_group" and value is not None and get(args, kwargs, "sort_ranks", True) is not False:
+                value = sorted(value)
+            _made[0] += 1
+            label = head % (_made[0], compact(value))
+            if get(args, kwargs, "use_local_synchronization"):
+                label += " local"
             _checkpoint(label)
         except Exception:
             pass

@@ -2,8 +2,8 @@
 
 Loaded as the top-level module ``_hangkit_core`` by the boot ``sitecustomize``
 (the boot directory is first on PYTHONPATH) or as
-``hpc_hangkit.boot._hangkit_core`` by :mod:`hpc_hangkit.watchdog`; there is one
-state per process (``hpc_hangkit.watchdog`` re-uses whichever is loaded).
+``hpc_hangkit.boot._hangkit_core`` by :mod:`hpc_hangkit.arm.watchdog`; there is one
+state per process (``hpc_hangkit.arm.watchdog`` re-uses whichever is loaded).
 
 Mechanism (see docs/watchdog.md):
 
@@ -32,27 +32,13 @@ import struct
 import sys
 import time
 
-# --- names shared with hpc_hangkit.layout (tests assert they agree) -------------
-WATCHDOG_DIR = "watchdog"
-HEARTBEAT_DIR = "heartbeats"
-UNWATCHED_DIR = "unwatched"
-WATCHDOG_SUFFIX = ".log"
-HEARTBEAT_SUFFIX = ".hb"
-UNWATCHED_SUFFIX = ".txt"
-HEADER_PREFIX = "# hpc-hangkit "
-ENV_MODE = "HANGKIT_MODE"
-ENV_SCRATCH_DIR = "HANGKIT_SCRATCH_DIR"
-ENV_WATCHDOG_PERIOD_S = "HANGKIT_WATCHDOG_PERIOD_S"
-ENV_WATCHDOG_SIGNAL = "HANGKIT_WATCHDOG_SIGNAL"
-ENV_AUTO_CHECKIN = "HANGKIT_AUTO_CHECKIN"
-ENV_ARMED_PID = "HANGKIT_ARMED_PID"
-DEFAULT_SCRATCH_DIR = "/tmp/hpc-hangkit"
-# --- defaults shared with hpc_hangkit.config (tests assert they agree) ----------
-DEFAULT_PERIOD_S = 30.0
-DEFAULT_SIGNAL = "SIGURG"
-#: signals the watchdog may use (their dumps are harmless to the process)
-ALLOWED_SIGNALS = ("SIGURG", "SIGUSR1", "SIGUSR2", "SIGWINCH", "SIGPWR", "SIGVTALRM", "SIGPROF")
-#: of these, the ones whose default action is harmless (ignore)
+# the rank-side names and defaults, shared with hpc_hangkit.layout and .config
+if __package__:  # hpc_hangkit.boot._hangkit_core
+    from ._hangkit_names import *  # noqa: F401,F403
+else:  # top-level _hangkit_core: the boot directory is on sys.path
+    from _hangkit_names import *  # noqa: F401,F403
+
+#: of ALLOWED_SIGNALS, the ones whose default action is harmless (ignore)
 _HARMLESS_DEFAULT = ("SIGURG", "SIGWINCH")
 
 # rank sources, in precedence order: (rank var, world var, local-rank var)
@@ -70,30 +56,37 @@ _HELPER_SCRIPTS = ("torchrun", "hpc-hangkit")
 
 # --- heartbeat record (docs/internals.md "Heartbeat record") --------------------
 HB_MAGIC = b"HKHEARTB"
-HB_VERSION = 1
-HB_SIZE = 512
+HB_VERSION = 2
+HB_SIZE = 1024
 HB_LABEL_MAX = 200
 #: static part, written once per arming: magic, version, record size, rank,
 #: world, local_rank, pid, main_tid, signal, period_s, armed_wall_s,
 #: armed_mono_s, host
 HB_STATIC = struct.Struct("<8sIIiiiIIiddd64s")  # 128 bytes at offset 0
-HB_SEQ_OFFSET = 128
-HB_SEQ = struct.Struct("<Q")  # odd while a writer is inside, even when done
-HB_DYN_OFFSET = 136
-#: per checkpoint: counter, mono_s, label (utf-8, NUL padded).  No wall time
+HB_SEQ = struct.Struct("<Q")  # odd while a writer is inside the slot, even when done
+#: two slots, written alternately (checkpoint n into slot (seq >> 1) & 1), each
+#: guarded by its own sequence number: while the rank writes one (or is preempted
+#: inside it), the other is whole, so a reader never waits on the writer.  Slot 0
+#: sits where version 1's only slot was.
+HB_SLOT_OFFSETS = (128, 512)
+#: one slot: seq, counter, mono_s, label (utf-8, NUL padded).  No wall time
 #: here (one clock call less per checkpoint): readers derive it as
 #: armed_wall_s + (mono_s - armed_mono_s)
-HB_DYN = struct.Struct("<Qd%ds" % HB_LABEL_MAX)
-HB_SEQ_INDEX = HB_SEQ_OFFSET // 8  # index of seq in a memoryview cast to "Q"
-HB_COUNTER_INDEX = HB_DYN_OFFSET // 8  # counter, in the "Q" view
-HB_MONO_INDEX = HB_DYN_OFFSET // 8 + 1  # mono_s, in a "d" view
-HB_LABEL_OFFSET = HB_DYN_OFFSET + 16
+HB_SLOT = struct.Struct("<QQd%ds" % HB_LABEL_MAX)  # 224 bytes
+HB_SEQ_OFFSET = HB_SLOT_OFFSETS[0]
+HB_DYN_OFFSET = HB_SEQ_OFFSET + 8
+HB_DYN = struct.Struct("<Qd%ds" % HB_LABEL_MAX)  # a slot after its seq
 HB_LABEL = struct.Struct("%ds" % HB_LABEL_MAX)
-#: u64 after the label, outside the seqlock (one writer: the watchdog thread): how many
-#: times that thread found the main thread running Python (see _main_busy); 0 in records
-#: of older versions
+#: index of each slot's seq in a memoryview cast to "Q"; counter is at +1, mono_s
+#: at +2 (in the "d" view), the label at byte (index + 3) * 8
+HB_SLOT_INDEX = tuple(o // 8 for o in HB_SLOT_OFFSETS)
+#: u64 after slot 0's label, outside the seqlocks (one writer: the watchdog thread): how
+#: many times that thread found the main thread running Python (see _main_busy); 0 in
+#: records of older versions
 HB_BUSY_OFFSET = HB_DYN_OFFSET + HB_DYN.size  # 352
 HB_BUSY_INDEX = HB_BUSY_OFFSET // 8
+#: version 1 (512 bytes, one slot at HB_SEQ_OFFSET) is still read
+HB_V1_SIZE = 512
 
 _CLOCK_MONOTONIC = 1
 _SIGEV_THREAD_ID = 4
@@ -119,20 +112,30 @@ _hbd = None  # the same memory as doubles (format "d")
 _seq = 0
 _label_obj = ""
 _label_b = b""
+_slot_label = [None, None]  # the label object last packed into each slot
 _busy = 0  # times the watchdog thread found the main thread running Python
 _monotonic = time.monotonic
 _pack_label = HB_LABEL.pack_into
+_SLOT_INDEX = HB_SLOT_INDEX
 
 _libc_cache = None
-_libc_extra = {}
 
 
-class _TimeSpec:  # filled in by _libc()
-    pass
+class _Libc:
+    """What :func:`_libc` loads once per process: the libc handle (``libc``), the POSIX
+    timer functions, ``syscall``, the ``ctypes`` module and the structures the timer
+    calls take (``timespec``, ``itimerspec``, ``sigevent``)."""
+    __slots__ = ("libc", "timer_create", "timer_settime", "timer_delete", "timer_gettime", "syscall",
+                 "ctypes", "timespec", "itimerspec", "sigevent")
+
+    def __init__(self, **fields):
+        for name, value in fields.items():
+            setattr(self, name, value)
 
 
 def _libc():
-    """(libc CDLL, timer_create, timer_settime, timer_delete, syscall, ctypes, types)."""
+    """The :class:`_Libc` of this process (loaded on first use: ctypes is imported here,
+    not at boot).  Raises OSError on a platform without 64-bit Linux timer_create."""
     global _libc_cache
     if _libc_cache is not None:
         return _libc_cache
@@ -176,8 +179,8 @@ def _libc():
     tg.restype = ctypes.c_int
     sc = libc.syscall
     sc.restype = ctypes.c_long
-    _libc_cache = (libc, tc, ts, td, sc, ctypes, timespec, itimerspec, sigevent)
-    _libc_extra["timer_gettime"] = tg
+    _libc_cache = _Libc(libc=libc, timer_create=tc, timer_settime=ts, timer_delete=td, timer_gettime=tg,
+                        syscall=sc, ctypes=ctypes, timespec=timespec, itimerspec=itimerspec, sigevent=sigevent)
     return _libc_cache
 
 
@@ -256,11 +259,6 @@ def header_line(rank, world, local_rank, pid, host, t, signame, period_s, argv):
         repr(float(period_s)), ", ".join(_json_str(a) for a in argv))
 
 
-def rank_file_name(rank, pid, suffix):
-    """``rank_<r>.pid<pid><suffix>`` (rank None -> ``x``)."""
-    return "rank_%s.pid%d%s" % ("x" if rank is None else int(rank), int(pid), suffix)
-
-
 def _encode_label(label):
     if not isinstance(label, str):
         label = str(label)
@@ -291,15 +289,19 @@ def checkpoint(label=""):
     m = _hb
     if m is not None:
         s = _seq + 1
-        m[HB_SEQ_INDEX] = s  # odd: writing
-        m[HB_COUNTER_INDEX] = _counter
-        _hbd[HB_MONO_INDEX] = t
-        if label is not _label_obj:
-            _label_obj = label
-            _label_b = _encode_label(label)
-            _pack_label(m, HB_LABEL_OFFSET, _label_b)
+        k = (s >> 1) & 1  # alternate slots: the other one stays whole meanwhile
+        i = _SLOT_INDEX[k]
+        m[i] = s  # odd: writing this slot
+        m[i + 1] = _counter
+        _hbd[i + 2] = t
+        if label is not _slot_label[k]:
+            if label is not _label_obj:
+                _label_obj = label
+                _label_b = _encode_label(label)
+            _slot_label[k] = label
+            _pack_label(m, (i + 3) * 8, _label_b)
         _seq = s + 1
-        m[HB_SEQ_INDEX] = _seq  # even: done
+        m[i] = _seq  # even: done
 
 
 def _resync(t):
@@ -334,9 +336,9 @@ def counter():
 
 
 def _set_timer(st, first_s, absolute=False):
-    _, _, ts, _, _, _, timespec, itimerspec, _ = _libc()
+    lib = _libc()
     period = st["period_s"]
-    spec = itimerspec()
+    spec = lib.itimerspec()
     spec.it_interval.tv_sec = int(period)
     spec.it_interval.tv_nsec = int(round((period - int(period)) * 1e9))
     if spec.it_interval.tv_nsec >= 1000000000:
@@ -347,15 +349,15 @@ def _set_timer(st, first_s, absolute=False):
     sec = int(first_s)
     spec.it_value.tv_sec = sec
     spec.it_value.tv_nsec = max(1 if sec == 0 else 0, int((first_s - sec) * 1e9))
-    if ts(st["_timer"], _TIMER_ABSTIME if absolute else 0, spec, None) != 0:
+    if lib.timer_settime(st["_timer"], _TIMER_ABSTIME if absolute else 0, spec, None) != 0:
         raise _oserror("timer_settime")
 
 
 def _timer_next(st):
     """Monotonic time of the kernel timer's next expiry (None: disarmed/unknown)."""
-    _, _, _, _, _, ctypes, _, itimerspec, _ = _libc()
-    spec = itimerspec()
-    if _libc_extra["timer_gettime"](st["_timer"], ctypes.byref(spec)) != 0:
+    lib = _libc()
+    spec = lib.itimerspec()
+    if lib.timer_gettime(st["_timer"], lib.ctypes.byref(spec)) != 0:
         return None
     v = spec.it_value
     if v.tv_sec == 0 and v.tv_nsec == 0:
@@ -418,31 +420,66 @@ def _main_busy(st):
     meanwhile (its own thread CPU clock): then another Python thread holding the GIL
     while the main thread sleeps in a collective is not read as busy.  A false "busy"
     would count as progress and delay a real hang's confirmation; a missed one costs
-    nothing (the next wake probes again).  Costs this thread <= 2 switch intervals of
-    waiting and the main thread two GIL hand-overs.
+    nothing (the next wake probes again).  A slow way back also needs the main thread's
+    innermost frame to have moved on (its instruction or its locals, :func:`_main_position`),
+    unless the GIL was held for longer than :data:`_GIL_HELD_S`: on a loaded node the
+    scheduler alone makes the way back slow, and a collective's spin-wait burns CPU in C.
+    Costs this thread <= 2 switch intervals of waiting and the main thread two GIL
+    hand-overs.
     """
     need = 0.0002 + max(0.002, 0.8 * sys.getswitchinterval())
     clk = st.get("_main_clock")
     c0 = time.clock_gettime(clk) if clk is not None else None
+    p0 = _main_position(st)
+    held = False
     for _ in (0, 1):
         t0 = _monotonic()
         time.sleep(0.0002)
-        if _monotonic() - t0 < need:
+        took = _monotonic() - t0
+        if took < need:
             return False
-    return c0 is None or time.clock_gettime(clk) - c0 > 0.0005
+        held = held or took > _GIL_HELD_S
+    if c0 is not None and time.clock_gettime(clk) - c0 <= 0.0005:
+        return False
+    # on a loaded node a slow way back can be the scheduler, not the GIL: the main thread
+    # ran Python only if its frame moved on meanwhile (or it kept the GIL for longer than
+    # a scheduling delay, in a C call that holds it: computing)
+    return held or p0 is None or _main_position(st) != p0
 
 
-def busy_count():
-    """How many times the watchdog thread found the main thread running Python (a rank
-    that computes in Python without checkpoints is progressing, not stalled)."""
-    return _busy
+#: a GIL hand-over that takes longer than this (s) is a C call holding it, not scheduling
+_GIL_HELD_S = 0.05
+
+
+def _main_position(st):
+    """What the main thread's innermost Python frame looks like now, or None.
+
+    (frame id, last instruction, its locals): the locals as values where the type is a
+    builtin scalar (compared by value: a freed int's address is reused at once) and as
+    ids otherwise, so no user ``__eq__`` runs.  A loop that runs Python hands the GIL
+    over at the same back edge every time, so the instruction alone does not move; its
+    counters and accumulators do.  A rank waiting in a collective changes neither.
+    """
+    f = sys._current_frames().get(st.get("_main_ident"))
+    if f is None:
+        return None
+    try:
+        local = tuple(v if type(v) in _SCALARS else id(v) for v in f.f_locals.values())
+    except Exception:
+        local = None
+    pos = (id(f), f.f_lasti, local)
+    f = None
+    return pos
+
+
+_SCALARS = frozenset((int, float, complex, bool, str, bytes, type(None)))
 
 
 def _name_thread(ident, name):
     """Set thread ``ident``'s kernel name (what /proc/<pid>/task/<tid>/comm shows)."""
     try:
-        libc, ctypes = _libc()[0], _libc()[5]
-        libc.pthread_setname_np(ctypes.c_ulong(ident), name.encode()[:15])
+        lib = _libc()
+        lib.libc.pthread_setname_np(lib.ctypes.c_ulong(ident), name.encode()[:15])
     except Exception:
         pass
 
@@ -572,7 +609,6 @@ def _create_heartbeat(path, static_args):
         os.makedirs(d, 0o700, exist_ok=True)
     rec = bytearray(HB_SIZE)
     HB_STATIC.pack_into(rec, 0, *static_args)
-    HB_SEQ.pack_into(rec, HB_SEQ_OFFSET, 0)
     tmp = "%s.tmp%d" % (path, os.getpid())
     fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0), 0o600)
     try:
@@ -647,16 +683,18 @@ def arm(dest=None, period_s=None, sig=None, rank=None, world=None, local_rank=No
                     -1 if local_rank is None else local_rank, pid, main_tid, signum, period_s, wall0, mono0, hostb))
                 _seq = 0
                 _label_b = _encode_label(_label_obj)
-                # current counter/label; times = arming time until the first checkpoint
+                # current counter/label in both slots; times = arming time until the
+                # first checkpoint.  Not yet shared with checkpoint() (under _lock).
                 last = _last_mono
-                HB_SEQ.pack_into(m, HB_SEQ_OFFSET, 1)
-                HB_DYN.pack_into(m, HB_DYN_OFFSET, _counter, last or mono0, _label_b)
+                for k, off in enumerate(HB_SLOT_OFFSETS):
+                    HB_SLOT.pack_into(m, off, 2, _counter, last or mono0, _label_b)
+                    _slot_label[k] = _label_obj
                 _seq = 2
-                HB_SEQ.pack_into(m, HB_SEQ_OFFSET, 2)
                 st["_hbmap"] = m
                 st["_hb"] = memoryview(m).cast("Q")
                 st["_hbd"] = memoryview(m).cast("d")
-            _, tc, _, _, _, ctypes, _, _, sigevent = _libc()
+            lib = _libc()
+            ctypes = lib.ctypes
             # a late signal must never kill: if this signal's default action
             # terminates, make the disposition faulthandler saves (and
             # restores at unregister/exit) "ignore"
@@ -667,12 +705,12 @@ def arm(dest=None, period_s=None, sig=None, rank=None, world=None, local_rank=No
                     pass
             faulthandler.register(signum, file=fd, all_threads=False, chain=False)
             st["_registered"] = True
-            ev = sigevent()
+            ev = lib.sigevent()
             ev.sigev_signo = signum
             ev.sigev_notify = _SIGEV_THREAD_ID
             ev.sigev_notify_thread_id = main_tid
             tid = ctypes.c_void_p()
-            if tc(_CLOCK_MONOTONIC, ctypes.byref(ev), ctypes.byref(tid)) != 0:
+            if lib.timer_create(_CLOCK_MONOTONIC, ctypes.byref(ev), ctypes.byref(tid)) != 0:
                 raise _oserror("timer_create")
             st["_timer"] = tid
             st["_due"] = time.monotonic() + period_s
@@ -717,7 +755,7 @@ def _teardown(st, unregister=True, close=True, wait=True):
         st["_timer"] = None
         if t is not None:
             try:
-                _libc()[3](t)
+                _libc().timer_delete(t)
             except Exception:
                 pass
     if st.get("_thread"):
@@ -862,11 +900,11 @@ def _tgkill(pid, tid, signum):
     nr = _SYS_TGKILL.get(os.uname().machine)
     if nr is not None:
         try:
-            sc = _libc()[4]
-            ctypes = _libc()[5]
+            lib = _libc()
         except Exception:
-            sc = None
-        if sc is not None:
+            lib = None
+        if lib is not None:
+            sc, ctypes = lib.syscall, lib.ctypes
             if sc(ctypes.c_long(nr), ctypes.c_long(pid), ctypes.c_long(tid), ctypes.c_long(signum)) == 0:
                 return
             e = ctypes.get_errno()
@@ -893,7 +931,7 @@ def request_dump(pid, sig=DEFAULT_SIGNAL, direct=False):
     without that thread, signals the main thread itself (``tgkill(pid, pid,
     sig)``) and faulthandler dumps from C: that works while the main thread
     is blocked in C with the GIL held, and is the fallback for exactly that
-    case (see :func:`hpc_hangkit.watchdog.request_dumps`).  The dump goes to
+    case (see :func:`hpc_hangkit.arm.watchdog.request_dumps`).  The dump goes to
     the process's watchdog log.  Returns ``"thread"`` or ``"signal"`` (which
     path was used).  Raises ProcessLookupError if there is no such process,
     PermissionError if it is not ours, ValueError for a signal the watchdog
@@ -1016,7 +1054,8 @@ def identify(env, argv=None):
 
 
 def _truthy(raw):
-    return raw is not None and raw.strip().lower() in ("1", "true", "yes", "on")
+    """True for a boolean environment value spelled as in TRUE_WORDS (None: False)."""
+    return raw is not None and raw.strip().lower() in TRUE_WORDS
 
 
 def mark_unwatched(scratch, rank, pid, reason):
@@ -1112,6 +1151,13 @@ def _boot(env):
                      heartbeat_path=os.path.join(scratch, HEARTBEAT_DIR, rank_file_name(rank, pid, HEARTBEAT_SUFFIX)))
         except (OSError, ValueError, TypeError) as e:
             raise Unwatched("arming failed: %s" % (e,))
+        if not faulthandler.is_enabled():
+            # a fatal signal (segfault, abort) leaves its fatal-error dump in the rank's log:
+            # how the report knows the rank died there
+            try:
+                faulthandler.enable(st["fd"], all_threads=True)
+            except (OSError, ValueError, RuntimeError):
+                pass
     except Unwatched as e:
         _report_unwatched(env, rank, e.reason)
         return None

@@ -13,7 +13,7 @@ Loaded by the boot ``sitecustomize`` in the user's interpreter, which calls
    registration file ``$HANGKIT_SCRATCH_DIR/flight_recorder/trigger/rank_<r>.pid<pid>``
    (``pid=<pid> tid=<native thread id> signal=<NAME> rank=<r>``), and waits in
    ``signal.sigwait``.
-3. The capture step (:func:`hpc_hangkit.flightrec.dump_ranks`) sends the signal
+3. The capture step (:func:`hpc_hangkit.evidence.flightrec.dump_ranks`) sends the signal
    to that thread with ``tgkill(pid, tid, sig)``. A thread-directed signal that
    the thread blocks stays pending for it, whatever the process's disposition,
    so no handler of the user is touched and the main thread is not interrupted.
@@ -36,9 +36,12 @@ import os
 import sys
 import threading
 
+if __package__:  # hpc_hangkit.boot._hangkit_fr (e.g. the capture side reusing _jsonable)
+    from . import _hangkit_names as _names
+else:  # top-level, loaded by sitecustomize with the boot directory on sys.path
+    import _hangkit_names as _names
+
 TARGET = "torch.distributed.distributed_c10d"
-FR_DIR = "flight_recorder"          # same spelling as hpc_hangkit.layout.FLIGHT_RECORDER_DIR
-TRIGGER_DIR = "trigger"
 DEFAULT_SIGNAL = "SIGWINCH"
 
 _state = {"env": None, "started": False, "finder": None, "thread": None}
@@ -113,7 +116,7 @@ def _current_rank():
 
 def _signum(env):
     import signal
-    name = (env.get("HANGKIT_FR_SIGNAL") or DEFAULT_SIGNAL).upper()
+    name = (env.get(_names.ENV_FR_SIGNAL) or DEFAULT_SIGNAL).upper()
     if not name.startswith("SIG"):
         name = "SIG" + name
     return getattr(signal, name, signal.SIGWINCH), name
@@ -123,7 +126,7 @@ def _serve(out_dir, sig, signame):
     import signal
     signal.pthread_sigmask(signal.SIG_BLOCK, {sig})
     rank = _current_rank()
-    tdir = os.path.join(out_dir, TRIGGER_DIR)
+    tdir = os.path.join(out_dir, _names.FR_TRIGGER_DIR)
     os.makedirs(tdir, mode=0o700, exist_ok=True)
     reg = os.path.join(tdir, "rank_%s.pid%d" % ("x" if rank is None else rank, os.getpid()))
     _write_atomic(reg, ("pid=%d tid=%d signal=%s rank=%s\n" % (
@@ -138,12 +141,12 @@ def start(env=None):
     if _state["started"]:
         return
     env = _state["env"] or env or os.environ
-    scratch = env.get("HANGKIT_SCRATCH_DIR")
+    scratch = env.get(_names.ENV_SCRATCH_DIR)
     if not scratch:
         return
     _state["started"] = True
     sig, signame = _signum(env)
-    out_dir = os.path.join(scratch, FR_DIR)
+    out_dir = os.path.join(scratch, _names.FLIGHT_RECORDER_DIR)
     t = threading.Thread(target=_serve, args=(out_dir, sig, signame), name="hangkit-fr", daemon=True)
     t.start()
     _state["thread"] = t
@@ -210,9 +213,9 @@ def arm(env):
     unset, or ``TORCH_FR_BUFFER_SIZE`` is ``0`` (Flight Recorder off).
     """
     try:
-        if (env.get("HANGKIT_MODE") or "off") == "off" or not env.get("HANGKIT_SCRATCH_DIR"):
+        if (env.get(_names.ENV_MODE) or "off") == "off" or not env.get(_names.ENV_SCRATCH_DIR):
             return
-        if (env.get("TORCH_FR_BUFFER_SIZE") or "").strip() == "0":
+        if (env.get(_names.TORCH_FR_BUFFER_ENV) or "").strip() == "0":
             return
         _state["env"] = dict(env)
         mod = sys.modules.get(TARGET)

@@ -7,7 +7,8 @@ process of the job imports this module at start-up.  It:
    (RANK / OMPI_COMM_WORLD_RANK / PMI_RANK / PMIX_RANK / SLURM_PROCID) and
    HANGKIT_MODE is observe or fail; helpers (torchrun agent, hpc-hangkit
    itself, the Slurm batch step, children of the armed rank) are left alone;
-2. runs the optional extension points ``_hangkit_fr.arm(env)`` (Flight
+2. runs the optional extension points ``_hangkit_exit.arm(env)`` (the rank
+   records how it ends), ``_hangkit_fr.arm(env)`` (Flight
    Recorder dump trigger) and ``_hangkit_autocheckin.arm(env)`` (if
    HANGKIT_AUTO_CHECKIN is true), each guarded;
 3. chains to the site's own ``sitecustomize`` (the next one on sys.path),
@@ -24,7 +25,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _arm():
-    if not os.environ.get("HANGKIT_MODE"):
+    if not os.environ.get("HANGKIT_MODE"):  # = _hangkit_core.ENV_MODE, checked before importing it
         return None
     try:
         import _hangkit_core
@@ -37,9 +38,9 @@ def _arm():
     st = _hangkit_core.boot(os.environ)
     if st is None:
         return None
+    _extension("_hangkit_exit", st)
     _extension("_hangkit_fr", st)
-    raw = os.environ.get("HANGKIT_AUTO_CHECKIN", "")
-    if raw.strip().lower() in ("1", "true", "yes", "on"):
+    if _hangkit_core._truthy(os.environ.get(_hangkit_core.ENV_AUTO_CHECKIN)):
         _extension("_hangkit_autocheckin", st)
     return st
 

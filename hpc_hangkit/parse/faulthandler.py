@@ -34,7 +34,7 @@ tail are skipped, each with a warning naming the file and the byte offset.
 import ast
 import json
 import re
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from hpc_hangkit.parse.model import Frame, ParsedLog, Sample, Thread, frame
 
@@ -262,12 +262,58 @@ _STACK_SPLIT = b"\nStack (most recent call first):\n"
 _TIMEOUT_SPLIT = b"\nTimeout ("
 
 
+#: a clean log's body (all after its header line, or the whole file without one) -> its
+#: samples as ``(threads, source, fatal, offset in the body)`` and the period: at scale most
+#: ranks write byte-identical dumps under their own header line. Bucketed by (header
+#: present, body length, last bytes), each candidate confirmed byte for byte, so that a hit
+#: neither hashes nor copies the body; bounded in bytes.
+_BODY_CACHE: Dict[tuple, list] = {}
+_BODY_CACHE_MAX = 64 * 1024 * 1024
+_body_cache_bytes = 0
+
+
+def _body_start(data: bytes) -> int:
+    """Where a log's body starts: after the first line when it is a ``# `` line, else 0;
+    -1 for a ``# `` line with no end (no body)."""
+    if not data.startswith(b"# "):
+        return 0
+    return data.find(b"\n") + 1 or -1
+
+
 def _parse_blocks(data: bytes, name: str) -> Optional[ParsedLog]:
     """Fast path for the common case at scale: a clean log of ``Stack`` or ``Timeout`` dumps
     (each dump starts with its marker line), where a stuck rank repeats the same dump.
-    Each distinct dump is parsed once (by the line parser) and reused; anything unusual
-    (a warning, a comment, a truncated tail, a dump that splits in two) returns None and
-    the caller parses the whole file line by line."""
+    A body seen before (:data:`_BODY_CACHE`) is not looked at again; else each distinct
+    dump is parsed once (by the line parser) and reused. Anything unusual (a warning, a
+    comment, a truncated tail, a dump that splits in two) returns None and the caller
+    parses the whole file line by line."""
+    global _body_cache_bytes
+    start = _body_start(data)
+    if start < 0:
+        return None
+    key = (start > 0, len(data) - start, data[-128:])
+    # the body's result does not depend on the header line (which holds no dump marker)
+    got = next(((protos, period) for body, protos, period in _BODY_CACHE.get(key, ())
+                if data.startswith(body, start)), None)  # of the key's length: the same body
+    if got is None:
+        parsed = _parse_body_blocks(data, name)
+        if parsed is None:
+            return None
+        got = (tuple((tuple(s.threads), s.source, s.fatal, s.offset - start) for s in parsed[0]), parsed[1])
+        if len(_BODY_CACHE.get(key, ())) < 8 and _body_cache_bytes + len(data) - start <= _BODY_CACHE_MAX:
+            _BODY_CACHE.setdefault(key, []).append((data[start:],) + got)
+            _body_cache_bytes += len(data) - start
+    protos, period = got
+    samples = [Sample(th, source=src, index=i, offset=start + rel, fatal=fat)
+               for i, (th, src, fat, rel) in enumerate(protos)]
+    header = parse_header(data[:start - 1].decode("utf-8", "replace").rstrip("\r")) if start else None
+    return _finish(ParsedLog(name, header=header, samples=samples, kind="faulthandler"), period, None)
+
+
+def _parse_body_blocks(data: bytes, name: str) -> Optional[Tuple[List[Sample], Optional[float]]]:
+    """:func:`_parse_blocks` without the body cache: ``(samples, period from the Timeout
+    line)``, or None off the fast path. Splits at the dump markers; each distinct dump is
+    parsed once by the line parser (:data:`_BLOCK_CACHE`)."""
     if not data.endswith(b"\n") or b"\n# " in data:
         return None
     if _TIMEOUT_SPLIT in data:
@@ -313,9 +359,7 @@ def _parse_blocks(data: bytes, name: str) -> Optional[ParsedLog]:
             cache[blk] = hit
         samples.append(Sample(hit[0], source=hit[1], index=len(samples), offset=offset, fatal=hit[2]))
         offset += len(blk)
-    header = parse_header(hline.decode("utf-8", "replace").rstrip("\r")) if hline is not None else None
-    return _finish(ParsedLog(name, header=header, samples=samples, kind="faulthandler"),
-                   (cache.get(blocks[0]) or (None,) * 4)[3], None)
+    return samples, (cache.get(blocks[0]) or (None,) * 4)[3]
 
 
 def _finish(log: ParsedLog, period_s: Optional[float], truncated_at: Optional[int]) -> ParsedLog:

@@ -33,7 +33,7 @@ Hostile input (a dump is read by root-run code and by the report over any job's 
   allocation budget, and nesting deeper than :data:`MAX_DEPTH`, are refused.
 
 Every refusal is an :class:`FRParseError` naming the file and the byte offset; the
-caller (:func:`hpc_hangkit.flightrec.read_dumps`) skips that file with a warning.
+caller (:func:`hpc_hangkit.evidence.flightrec.read_dumps`) skips that file with a warning.
 
 The scan is pure Python (~5 ms for a 200-entry, 44 KB dump, 10x the unpickling). For many files,
 read_dumps instead runs :func:`summarize_unscanned` in forked children whose address space and
@@ -56,6 +56,8 @@ from itertools import chain, compress, repeat
 from operator import is_
 from dataclasses import dataclass, field, fields
 from typing import List, Optional, Tuple
+
+from hpc_hangkit.parse.model import is_library_path
 
 
 class FRParseError(ValueError):
@@ -85,9 +87,11 @@ class FREntry:
     frames: Tuple[Tuple[str, int, str], ...] = ()
 
     def user_frame(self) -> Optional[Tuple[str, int, str]]:
-        """The innermost frame outside torch (the user's call site), or None."""
+        """The innermost frame of the user's code (the call site: not torch, the standard
+        library or hpc_hangkit's own check-in wrapper; :func:`~hpc_hangkit.parse.model.is_library_path`),
+        else the innermost frame, or None."""
         for f in self.frames:
-            if "/torch/" not in f[0] and not f[0].startswith("<"):
+            if not is_library_path(f[0]):
                 return f
         return self.frames[0] if self.frames else None
 
@@ -541,7 +545,7 @@ def check_pickle_unscanned(data: bytes, name: str):
     caller bounds the CPU time a crafted hash collision costs).
 
     Only for a process whose address space and CPU time are limited (the validator child of
-    :func:`hpc_hangkit.flightrec.read_dumps`): a hostile length or memo index makes the unpickler
+    :func:`hpc_hangkit.evidence.flightrec.read_dumps`): a hostile length or memo index makes the unpickler
     allocate what it claims. The caller unpickles bytes that passed again with
     ``parse_flightrec(..., prechecked=True)``, which then allocates what this process did."""
     if data[:1] != b"\x80" or len(data) > MAX_DUMP_BYTES:

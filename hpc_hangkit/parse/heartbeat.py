@@ -1,10 +1,13 @@
 """Reader of the per-process heartbeat records ranks write with ``checkpoint()``.
 
-The record (512 bytes, little-endian; layout in docs/internals.md "Heartbeat
-record") is updated in place by the rank through a MAP_SHARED mmap under a
-seqlock: the sequence number is odd while the rank is writing and even when
-done.  A reader takes seq, the record, seq again, and accepts only an even,
-unchanged seq, so it never returns a torn record.  Pure reading: no signals,
+The record (1024 bytes, little-endian; layout in docs/internals.md "Heartbeat
+record") is updated in place by the rank through a MAP_SHARED mmap, in two
+slots written alternately, each under its own seqlock: a slot's sequence
+number is odd while the rank is writing it and even when done.  A reader takes
+seq, the slot, seq again, accepts a slot only on an even, unchanged seq, and
+returns the newest whole slot: it never returns a torn record, and since the
+rank writes one slot at a time it never has to wait for the rank (even one
+preempted mid-write).  Version 1 records (512 bytes, one slot) are still read.  Pure reading: no signals,
 no writes.  Files are opened with O_NOFOLLOW (this runs in root-run code).
 """
 import dataclasses
@@ -67,11 +70,10 @@ class Heartbeat:
         return (time.time() if now_wall is None else now_wall) - self.wall_s
 
 
-def _decode(buf: bytes, path: str) -> Heartbeat:
+def _decode(buf: bytes, slot: bytes, path: str) -> Heartbeat:
     (magic, version, size, rank, world, local_rank, pid, main_tid, signum, period_s,
      armed_wall_s, armed_mono_s, host) = _fmt.HB_STATIC.unpack_from(buf, 0)
-    (seq,) = _fmt.HB_SEQ.unpack_from(buf, _fmt.HB_SEQ_OFFSET)
-    counter, mono_s, label = _fmt.HB_DYN.unpack_from(buf, _fmt.HB_DYN_OFFSET)
+    seq, counter, mono_s, label = _fmt.HB_SLOT.unpack_from(slot, 0)
     (busy,) = struct.unpack_from("<Q", buf, _fmt.HB_BUSY_OFFSET)
     wall_s = armed_wall_s + (mono_s - armed_mono_s)
     return Heartbeat(
@@ -82,12 +84,50 @@ def _decode(buf: bytes, path: str) -> Heartbeat:
         signal=_fmt.signal_name(signum), signum=signum, seq=seq, path=path, busy=busy)
 
 
+_TRUNCATED = object()
+
+
+def _newest_slot(get, slots):
+    """One pass over the slots: the bytes of the newest whole slot, None if
+    none can be trusted on this pass, or _TRUNCATED.
+
+    ``get(offset, n)`` reads n bytes of the record.  A slot is whole when its
+    sequence is even and the same before and after reading it.  The chosen
+    slot's sequence is read once more after the other slots: the slots are
+    read one after another, and a reader preempted between them could
+    otherwise return a slot the writer has since overwritten twice (an older
+    record than the one current when the read began, so a counter that goes
+    backwards between two reads).  With the recheck the record returned was
+    the newest complete one at some instant during the pass.
+    """
+    slot_size = _fmt.HB_SLOT.size
+    best = None
+    for off in slots:
+        s1 = get(off, 8)
+        slot = get(off, slot_size)
+        s2 = get(off, 8)
+        if len(s1) < 8 or len(slot) < slot_size or len(s2) < 8:
+            return _TRUNCATED
+        if s1 == s2 == slot[:8]:
+            (q,) = _fmt.HB_SEQ.unpack(s1)
+            if q % 2 == 0 and (best is None or q > best[0]):
+                best = (q, off, slot)
+    if best is None or (len(slots) > 1 and get(best[1], 8) != best[2][:8]):
+        return None
+    return best[2]
+
+
+#: record version -> (size in bytes, slot offsets)
+_LAYOUTS = {1: (_fmt.HB_V1_SIZE, (_fmt.HB_SEQ_OFFSET,)), _fmt.HB_VERSION: (_fmt.HB_SIZE, _fmt.HB_SLOT_OFFSETS)}
+
+
 def read_heartbeat(path: str, timeout_s: float = 1.0) -> Optional[Heartbeat]:
     """Read one heartbeat file; None (and a HeartbeatWarning naming the file) if
     it is missing, a symlink, not a regular file, truncated, not a heartbeat
-    record (bad magic/version/size), or still torn after ``timeout_s`` seconds
-    of retries (a rank rewrites the record in under a microsecond, but the
-    scheduler can preempt it mid-write for a few milliseconds on a busy node).
+    record (bad magic/version/size), or with no whole slot after ``timeout_s``
+    seconds of retries (which takes the rank rewriting both slots during every
+    read for that long: each read of a slot takes well under a microsecond
+    through the mapping, and the rank writes one slot at a time).
     """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK)
@@ -99,7 +139,25 @@ def read_heartbeat(path: str, timeout_s: float = 1.0) -> Optional[Heartbeat]:
         if not stat.S_ISREG(st.st_mode):
             warnings.warn("heartbeat %s: not a regular file" % path, HeartbeatWarning, stacklevel=2)
             return None
-        size = _fmt.HB_SIZE
+        head = os.pread(fd, 16, 0)
+        if len(head) < 16:
+            warnings.warn("heartbeat %s: truncated at byte offset %d (record is at least %d bytes)"
+                          % (path, len(head), _fmt.HB_V1_SIZE), HeartbeatWarning, stacklevel=2)
+            return None
+        if head[:8] != _fmt.HB_MAGIC:
+            warnings.warn("heartbeat %s: not a heartbeat record (bad magic at byte offset 0)" % path,
+                          HeartbeatWarning, stacklevel=2)
+            return None
+        if st.st_size < _fmt.HB_V1_SIZE:
+            warnings.warn("heartbeat %s: truncated at byte offset %d (record is at least %d bytes)"
+                          % (path, st.st_size, _fmt.HB_V1_SIZE), HeartbeatWarning, stacklevel=2)
+            return None
+        version, rec_size = struct.unpack_from("<II", head, 8)
+        size, slots = _LAYOUTS.get(version, (None, ()))
+        if rec_size != size:
+            warnings.warn("heartbeat %s: unsupported record version %d / size %d (byte offset 8)"
+                          % (path, version, rec_size), HeartbeatWarning, stacklevel=2)
+            return None
         if st.st_size < size:
             warnings.warn("heartbeat %s: truncated at byte offset %d (record is %d bytes)"
                           % (path, st.st_size, size), HeartbeatWarning, stacklevel=2)
@@ -107,46 +165,31 @@ def read_heartbeat(path: str, timeout_s: float = 1.0) -> Optional[Heartbeat]:
         view = None
         if st.st_uid == os.geteuid():
             # our own user's file: read it through a shared mapping, so a
-            # seqlock round (seq, record, seq) takes ~0.2 us, shorter than a
-            # rank that checkpoints in a tight loop needs per checkpoint.
-            # (Not for other users' files: a truncation under the mapping
-            # would be a SIGBUS in this process.)
+            # seqlock round (seq, slot, seq) takes ~0.2 us.  (Not for other
+            # users' files: a truncation under the mapping would be a SIGBUS in
+            # this process.)
             try:
                 view = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
             except (OSError, ValueError):
                 view = None
+        if view is not None:
+            def get(off, n):
+                return view[off:off + n]
+        else:
+            def get(off, n):
+                return os.pread(fd, n, off)
         deadline = time.monotonic() + timeout_s
         tries, pause = 0, 0.00005
-        seq_at = _fmt.HB_SEQ_OFFSET
         try:
             while True:
                 tries += 1
-                if view is not None:
-                    s1 = view[seq_at:seq_at + 8]
-                    buf = view[:size]
-                    s2 = view[seq_at:seq_at + 8]
-                else:
-                    s1 = os.pread(fd, 8, seq_at)
-                    buf = os.pread(fd, size, 0)
-                    s2 = os.pread(fd, 8, seq_at)
-                if len(buf) < size or len(s1) < 8:
-                    warnings.warn("heartbeat %s: truncated at byte offset %d (record is %d bytes)"
-                                  % (path, len(buf), size), HeartbeatWarning, stacklevel=2)
-                    return None
-                if buf[:8] != _fmt.HB_MAGIC:
-                    warnings.warn("heartbeat %s: not a heartbeat record (bad magic at byte offset 0)" % path,
+                best = _newest_slot(get, slots)
+                if best is _TRUNCATED:
+                    warnings.warn("heartbeat %s: truncated (record is %d bytes)" % (path, size),
                                   HeartbeatWarning, stacklevel=2)
                     return None
-                version, rec_size = struct.unpack_from("<II", buf, 8)
-                if version != _fmt.HB_VERSION or rec_size != size:
-                    warnings.warn("heartbeat %s: unsupported record version %d / size %d (byte offset 8)"
-                                  % (path, version, rec_size), HeartbeatWarning, stacklevel=2)
-                    return None
-                (q1,) = _fmt.HB_SEQ.unpack(s1)
-                (q2,) = _fmt.HB_SEQ.unpack(s2)
-                (qb,) = _fmt.HB_SEQ.unpack_from(buf, seq_at)
-                if q1 == q2 == qb and q1 % 2 == 0:
-                    return _decode(buf, path)
+                if best is not None:
+                    return _decode(get(0, _fmt.HB_BUSY_OFFSET + 8), best, path)
                 if time.monotonic() >= deadline:
                     break
                 if tries > 1000:  # first a tight spin (the writer is sub-microsecond), then back off
@@ -155,8 +198,9 @@ def read_heartbeat(path: str, timeout_s: float = 1.0) -> Optional[Heartbeat]:
         finally:
             if view is not None:
                 view.close()
-        warnings.warn("heartbeat %s: record torn (sequence odd or changing at byte offset %d) after %d reads"
-                      % (path, _fmt.HB_SEQ_OFFSET, tries), HeartbeatWarning, stacklevel=2)
+        warnings.warn("heartbeat %s: record torn (no slot with an even, unchanged sequence at byte offsets %s) "
+                      "after %d reads" % (path, ", ".join(str(o) for o in slots), tries), HeartbeatWarning,
+                      stacklevel=2)
         return None
     finally:
         os.close(fd)

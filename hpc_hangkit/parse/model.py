@@ -21,9 +21,43 @@ Everything here is plain data, cheap to build in bulk (the roll call must hold
   ``pid``, ``host``, ``world``, ``samples``, ``warnings`` (strings naming the
   file and byte offset of everything skipped).
 """
+import re
+import sys
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
-__all__ = ["Frame", "Thread", "Sample", "ParsedLog", "frame", "clear_intern"]
+__all__ = ["Frame", "Thread", "Sample", "ParsedLog", "frame", "clear_intern", "is_library_path"]
+
+#: top-level packages of library code, for py-spy's relative paths
+_LIB_TOPS = frozenset(("torch", "mpi4py", "numpy", "scipy", "hpc_hangkit", "gloo", "nccl",
+                       "requests", "urllib3", "concurrent", "importlib", "multiprocessing",
+                       "asyncio", "site-packages", "dist-packages", "deepspeed", "accelerate",
+                       "transformers", "lightning", "pytorch_lightning", "jax", "tensorflow"))
+_STDLIB = frozenset(getattr(sys, "stdlib_module_names", ()) or (
+    "threading", "signal", "socket", "selectors", "subprocess", "queue", "time", "runpy", "ssl",
+    "http", "json", "os", "io", "logging", "abc", "typing", "functools", "contextlib", "weakref",
+    "pickle", "copy", "collections", "enum", "inspect", "traceback", "linecache", "tempfile"))
+
+
+def is_library_path(p: str) -> bool:
+    """True when the Python source ``p`` (a frame's file: an absolute path from faulthandler,
+    a traceback or Flight Recorder; often relative from py-spy) is not the user's code:
+    ``<frozen ...>``/``<built-in>``, site-/dist-packages, the standard library, hpc_hangkit
+    itself (its boot wrappers sit between the user's call and torch), and relative paths under
+    a well-known library package. ``<string>``/``<stdin>`` are the user's."""
+    if p.startswith("<"):
+        return p.startswith("<frozen") or p.startswith("<built-in")
+    if "site-packages" in p or "dist-packages" in p or "/hpc_hangkit/" in p:
+        return True
+    if re.search(r"/lib/python\d", p) or re.search(r"/lib/pypy", p):
+        return True
+    if not p.startswith("/"):
+        q = p.replace("\\", "/")
+        top = q.split("/", 1)[0]
+        if "/" in q:
+            return top in _LIB_TOPS or top in _STDLIB
+        mod = p[:-3] if p.endswith(".py") else p
+        return mod in _STDLIB
+    return False
 
 
 class Frame(NamedTuple):

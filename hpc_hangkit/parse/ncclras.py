@@ -236,7 +236,6 @@ _BLOCK = re.compile(r"^#(\d+)-(\d+) \(([0-9a-f]+)\) (.+)$")
 _OPDIFF = re.compile(r"^\s+Communicator ranks have different (\w+) operation counts")
 _COUNT_N = re.compile(r"^\s+(\d+) ranks have launched up to operation (\d+)")
 _COUNT_1 = re.compile(r"^\s+Rank (\d+) has launched up to operation (\d+)")
-_RANK_LINE = re.compile(r"^\s+Rank (\d+) .*process (\d+) on node (\S+)")
 
 
 @dataclass

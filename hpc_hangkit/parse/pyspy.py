@@ -23,6 +23,14 @@ active, owns_gil, frames: [{name, filename, module, short_filename, line,
 ...}]}``, frames innermost first; a frame with a ``module`` (a shared object)
 is native.
 
+A capture writes its own lines before the dump (``hpc_hangkit.evidence.stacks.capture_header``)::
+
+    # hpc-hangkit-capture tool=py-spy rank=3 pid=7698 host=n1 t=1764622000.123 took_s=0.210 native=no nonblocking=yes
+    # hpc-hangkit: native stack not taken: rank 3 waits in all_reduce ... with rank 0, ...
+
+They set the sample's ``t`` (epoch seconds: when the dump was taken), the log's
+``host``, and ``header["capture"]`` (the key=value pairs, ``why`` the why-line).
+
 A file that is not a dump (py-spy's ``Error: ...``, or capture's one-line
 ``hpc-hangkit: py-spy unavailable: <why>``) gives no samples and a warning
 carrying that line. Never raises on bad input.
@@ -42,8 +50,35 @@ _NATIVE_RE = re.compile(r"^    (.+) \(([^()]*)\)$")
 _BARE_RE = re.compile(r"^    (\S.*)$")
 
 
+_CAPTURE_TAG = b"# hpc-hangkit-capture "
+_WHY_TAG = b"# hpc-hangkit: "
+
+
+def _split_capture_lines(data: bytes):
+    """``(fields, why, rest_offset)`` of the capture's lines at the top of ``data``
+    (fields {} and why None when there are none)."""
+    fields: Dict[str, str] = {}
+    why = None
+    off = 0
+    while data.startswith(_CAPTURE_TAG, off) or (fields and data.startswith(_WHY_TAG, off)):
+        nl = data.find(b"\n", off)
+        end = len(data) if nl < 0 else nl + 1
+        line = data[off:end].decode("utf-8", "replace").strip()
+        if line.startswith(_WHY_TAG.decode()):
+            why = line[len(_WHY_TAG):]
+        else:
+            for tok in line[len(_CAPTURE_TAG):].split():
+                k, eq, v = tok.partition("=")
+                if eq:
+                    fields[k] = v
+        off = end
+    return fields, why, off
+
+
 def looks_like_pyspy(data: bytes) -> bool:
-    """True if the bytes look like py-spy dump output (text or JSON)."""
+    """True if the bytes look like py-spy dump output (text or JSON), capture lines allowed."""
+    if data.startswith(_CAPTURE_TAG):
+        data = data[_split_capture_lines(data[:8192])[2]:]
     head = data[:4096].lstrip()
     if head.startswith(b"Process ") and b"\nThread " in data[:65536]:
         return True
@@ -61,10 +96,35 @@ def parse_pyspy(data: bytes, name: str = "<bytes>") -> ParsedLog:
     if not isinstance(data, (bytes, bytearray, memoryview)):
         data = str(data).encode("utf-8", "replace")
     data = bytes(data)
-    stripped = data.lstrip()
+    fields, why, base = _split_capture_lines(data) if data.startswith(_CAPTURE_TAG) else ({}, None, 0)
+    body = data[base:] if base else data
+    stripped = body.lstrip()
     if stripped.startswith(b"[") or stripped.startswith(b"{"):
-        return _parse_json(data, name)
-    return _parse_text(data, name)
+        log = _parse_json(body, name)
+    else:
+        log = _parse_text(body, name, base)
+    if fields:
+        _apply_capture(log, fields, why)
+    return log
+
+
+def _apply_capture(log: ParsedLog, fields: Dict[str, str], why: Optional[str]) -> None:
+    cap = dict(fields)
+    if why:
+        cap["why"] = why
+    try:
+        t = float(fields.get("t", ""))
+    except ValueError:
+        t = None
+    if t is not None and not (t == t and 0 < t < 1e11):  # NaN, or not an epoch time
+        t = None
+    for smp in log.samples:
+        smp.t = t
+    if fields.get("host") and not log.host:
+        log.host = fields["host"][:255]
+    hdr = dict(log.header or {})
+    hdr["capture"] = cap
+    log.header = hdr
 
 
 def _warn(log: ParsedLog, offset: int, what: str):
@@ -126,11 +186,11 @@ def _parse_json(data: bytes, name: str) -> ParsedLog:
     return log
 
 
-def _parse_text(data: bytes, name: str) -> ParsedLog:
+def _parse_text(data: bytes, name: str, base: int = 0) -> ParsedLog:
     log = ParsedLog(name, kind="pyspy")
     truncated = bool(data) and not data.endswith(b"\n")
     lines = data.split(b"\n")
-    offset = 0
+    offset = base
     threads: List[Thread] = []
     cur: Optional[dict] = None
     seen_process = False

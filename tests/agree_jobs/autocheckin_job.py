@@ -3,7 +3,10 @@
 Each rank installs the auto check-in hook itself, with a checkpoint that
 records labels in a list, BEFORE torch is imported (argv[1] == "before") or
 after (argv[1] == "after"), runs collectives, point-to-point ops and object
-variants on the world group and a sub-group, and prints ``RESULT <json>``.
+variants on the world group and a sub-group, creates process groups (``new_group``
+with a list in reverse order and one with ``use_local_synchronization``,
+``new_subgroups_by_enumeration``, ``init_device_mesh`` imported from its own
+module), and prints ``RESULT <json>``.
 Launched once per rank with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and
 PYTHONPATH containing hpc_hangkit/boot.
 """
@@ -34,7 +37,7 @@ t = torch.ones(2)
 dist.all_reduce(t)
 dist.all_reduce(t, group=dist.group.WORLD)  # the default group object counts as world
 dist.broadcast(t, src=0)
-sub = dist.new_group([0, 1])
+sub = dist.new_group([1, 0])
 dist.all_reduce(t, group=sub)
 if rank == 0:
     dist.send(t, dst=1)
@@ -49,6 +52,11 @@ else:
     dist.recv_object_list(objs, src=0)
 out = [None, None]
 dist.all_gather_object(out, rank)
+dist.new_group([rank], use_local_synchronization=True)
+dist.new_subgroups_by_enumeration([[0], [1]])
+from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
+
+init_device_mesh("cpu", (2,), mesh_dim_names=("dp",))
 dist.barrier()
 result = {
     "rank": rank,

@@ -17,7 +17,7 @@ import time
 from mpi4py import MPI
 
 from hpc_hangkit import collective, ranks_agree
-from hpc_hangkit.agree import RanksDisagree
+from hpc_hangkit.arm.agree import RanksDisagree
 
 comm = MPI.COMM_WORLD
 

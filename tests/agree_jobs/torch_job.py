@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 from hpc_hangkit import collective, ranks_agree
-from hpc_hangkit.agree import RanksDisagree
+from hpc_hangkit.arm.agree import RanksDisagree
 
 
 def load_batch(rank):

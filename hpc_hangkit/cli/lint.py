@@ -1,0 +1,63 @@
+"""``hpc-hangkit lint [PATH ...]``: collectives that only some ranks reach (hpc_hangkit.lint)."""
+import os
+import sys
+
+import click
+
+
+def _codes(value):
+    return [c.strip() for c in (value or "").split(",") if c.strip()]
+
+
+@click.command("lint")
+@click.argument("paths", nargs=-1, type=click.Path(exists=True))
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "sarif"]), default="text", show_default=True,
+              help="Output format (sarif: SARIF 2.1.0 for code-scanning UIs).")
+@click.option("--select", default=None, metavar="CODES", help="Only these codes or prefixes, comma-separated (HK1,HK201).")
+@click.option("--ignore", default=None, metavar="CODES", help="Leave out these codes or prefixes, comma-separated.")
+@click.option("--exclude", multiple=True, metavar="GLOB", help="Skip files or directories matching GLOB (repeatable).")
+@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="pyproject.toml to read [tool.hpc-hangkit.lint] from (default: the nearest one above the "
+              "current directory).")
+def lint_cmd(paths, fmt, select, ignore, exclude, config_path):
+    """Find collectives that only some ranks reach, in Python sources (default PATH: .).
+
+    \b
+    Rules (docs/lint.md): HK101-HK106 the deciding value is rank-dependent,
+    HK201-HK205 it is rank-local. Silence one line with
+    `# hangkit: ignore[HK101]` on the collective's or the branch's line.
+    Settings: [tool.hpc-hangkit.lint] select/ignore/exclude/collectives in
+    pyproject.toml; options given here replace select/ignore, add to exclude.
+
+    \b
+    Exit status:
+      0  nothing found
+      1  at least one finding
+      2  bad usage: unknown option, missing path, bad [tool.hpc-hangkit.lint]
+    """
+    from hpc_hangkit.lint import lint_paths
+    from hpc_hangkit.lint.config import find_pyproject, load_config
+    from hpc_hangkit.lint.output import render_json, render_sarif, render_text
+    from hpc_hangkit.lint.rules import RULES
+
+    cfg = {}
+    pp = config_path or find_pyproject(os.getcwd())
+    if pp:
+        try:
+            cfg = load_config(pp)
+        except (ValueError, OSError) as e:
+            raise click.UsageError(str(e))
+    sel = _codes(select) if select is not None else cfg.get("select")
+    ign = _codes(ignore) if ignore is not None else cfg.get("ignore")
+    for code in (sel or []) + (ign or []):
+        if not any(c.startswith(code) for c in RULES):
+            raise click.UsageError("unknown rule code %r (known: %s)" % (code, ", ".join(sorted(RULES))))
+    result = lint_paths(list(paths) or ["."], select=sel, ignore=ign,
+                        exclude=list(cfg.get("exclude", [])) + list(exclude),
+                        collectives=cfg.get("collectives", []))
+    render = {"text": render_text, "json": render_json, "sarif": render_sarif}[fmt]
+    sys.stdout.write(render(result))
+    if fmt != "text":
+        for path, msg in result.errors:
+            click.echo("%s: cannot check: %s" % (path, msg), err=True)
+    sys.exit(1 if result.findings else 0)

@@ -1,0 +1,1 @@
+"""Sources of evidence beyond stacks: NCCL RAS, Flight Recorder, nvidia-smi."""

@@ -1,0 +1,168 @@
+"""The table of calls the lint knows: collectives, point-to-point, process groups, rank sources.
+
+Extensible: :func:`extend` adds names (from ``[tool.hpc-hangkit.lint] collectives``).
+A call is matched in one of three ways (see :func:`classify_call`):
+
+- by its qualified name, when the receiver resolves through the module's imports
+  (``dist.all_reduce`` with ``import torch.distributed as dist``): the module prefix
+  must be one of :data:`COLLECTIVE_MODULES` (so ``torch.gather`` or ``functools.reduce``
+  are never collectives);
+- by a distinctive method name on any other receiver (``comm.Allreduce``,
+  ``accelerator.wait_for_everyone``);
+- by a generic method name (``barrier``, ``gather``, ``reduce``...) only when the
+  receiver's name looks like a communicator (:data:`COMMISH`: ``comm``, ``strategy``,
+  ``accelerator``...).
+
+Stdlib only.
+"""
+import re
+
+__all__ = ["COLLECTIVE_MODULES", "DISTINCT", "GENERIC", "COMMISH", "P2P_SEND", "P2P_RECV",
+           "GROUP_CREATE", "ABORTS", "EXITS", "RANK_CALLS", "RANK_NAMES", "RANK_ENV",
+           "LOCAL_CALLS", "LOCAL_METHODS", "DATAISH", "MARK_DECORATORS", "MEMBERSHIP", "EXTRA_PLAIN", "extend",
+           "snapshot", "restore", "classify_call"]
+
+#: qualified-name prefixes whose functions named in DISTINCT or GENERIC are collectives
+COLLECTIVE_MODULES = ("torch.distributed", "mpi4py", "accelerate", "lightning", "pytorch_lightning",
+                      "deepspeed", "horovod", "hpc_hangkit")
+
+#: collective method/function names distinctive enough to match on any receiver
+DISTINCT = {
+    # torch.distributed
+    "all_reduce", "all_gather", "all_gather_object", "all_gather_into_tensor", "all_gather_coalesced",
+    "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single",
+    "broadcast_object_list", "scatter_object_list", "gather_object", "monitored_barrier",
+    "all_reduce_coalesced",
+    # mpi4py (upper case: buffer API; lower case: pickle API)
+    "allreduce", "Allreduce", "Barrier", "bcast", "Bcast", "allgather", "Allgather", "Allgatherv",
+    "alltoall", "Alltoall", "Alltoallv", "Reduce", "Reduce_scatter", "Reduce_scatter_block",
+    "Gather", "Gatherv", "Scatter", "Scatterv", "Scan", "Exscan", "Ibarrier", "Iallreduce",
+    # accelerate
+    "wait_for_everyone", "gather_for_metrics", "pad_across_processes",
+    # hpc_hangkit
+    "ranks_agree",
+}
+#: collective names that are also ordinary names elsewhere: matched by module prefix, or on a
+#: receiver that looks like a communicator
+GENERIC = {"barrier", "broadcast", "gather", "scatter", "reduce", "scan", "exscan", "new_group",
+           "new_subgroups", "new_subgroups_by_enumeration", "init_device_mesh", "init_process_group",
+           "destroy_process_group"}
+#: a receiver name that looks like a communicator / strategy / accelerator
+COMMISH = re.compile(r"(^|_)(comm|mpi|world|strategy|accelerator|dist|pg|process_group|group|fabric|"
+                     r"trainer|backend|communicator|hvd|deepspeed)s?$|^comm|^COMM_|comm$", re.I)
+
+#: blocking point-to-point (never collectives: only the two ends take part)
+P2P_SEND = {"send", "Send", "ssend", "Ssend"}
+P2P_RECV = {"recv", "Recv"}
+P2P_ALL = P2P_SEND | P2P_RECV | {"isend", "irecv", "Isend", "Irecv", "sendrecv", "Sendrecv", "batch_isend_irecv"}
+
+#: process-group creation (collective over the parent group unless use_local_synchronization=True)
+GROUP_CREATE = {"new_group", "new_subgroups", "new_subgroups_by_enumeration", "init_device_mesh"}
+
+#: calls that end the job on every rank (a raise after one of them cannot strand the others)
+ABORTS = {"Abort", "abort", "destroy_process_group", "_exit", "abort_process_group"}
+#: calls that end this process: an early exit like ``return``
+EXITS = {"sys.exit", "os._exit", "exit", "quit", "os.abort"}
+
+#: calls whose value is the rank (any receiver)
+RANK_CALLS = {"get_rank", "get_local_rank", "get_node_local_rank", "get_global_rank", "get_group_rank",
+              "Get_rank", "get_process_index", "get_local_process_index"}
+#: names and attributes that hold the rank (``self.rank``, ``args.local_rank``, ``accelerator.is_main_process``)
+RANK_NAMES = {"rank", "local_rank", "global_rank", "node_rank", "group_rank", "my_rank", "myrank", "rank_id",
+              "world_rank", "proc_id", "procid", "process_index", "local_process_index", "is_main_process",
+              "is_local_main_process", "is_rank_zero", "is_global_zero", "is_master", "is_main", "is_leader",
+              "is_local_zero", "local_rank_zero", "rank_zero", "RANK", "LOCAL_RANK"}
+#: environment variables that hold the rank
+RANK_ENV = {"RANK", "LOCAL_RANK", "GROUP_RANK", "NODE_RANK", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID",
+            "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK",
+            "MPI_LOCALRANKID", "PALS_RANKID", "FLUX_TASK_RANK"}
+
+#: qualified calls whose answer can differ between ranks without naming the rank
+LOCAL_CALLS = {
+    "os.path.exists", "os.path.isfile", "os.path.isdir", "os.path.lexists", "os.path.getsize",
+    "os.path.getmtime", "os.listdir", "os.scandir", "os.stat", "os.access", "os.walk", "glob.glob", "glob.iglob",
+    "time.time", "time.perf_counter", "time.monotonic", "time.time_ns", "time.process_time",
+    "socket.gethostname", "platform.node", "shutil.disk_usage",
+    "torch.cuda.is_available", "torch.cuda.device_count", "torch.cuda.memory_allocated",
+    "torch.cuda.max_memory_allocated", "torch.cuda.memory_reserved", "torch.cuda.mem_get_info",
+    "torch.rand", "torch.randn", "torch.randint", "torch.randperm",
+}
+#: prefixes of rank-local qualified calls (random without a shared seed)
+LOCAL_PREFIXES = ("random.", "numpy.random.", "psutil.")
+#: rank-local methods on any receiver (pathlib)
+LOCAL_METHODS = {"exists", "is_file", "is_dir", "glob", "rglob", "iterdir"}
+#: names of per-rank data (their length / emptiness is rank-local)
+#: (a loader's or a whole dataset's length is not: DistributedSampler & co. make it equal)
+DATAISH = re.compile(r"(^|_)(batch|batches|shards|chunks|samples|files)$|^(local|my|rank)_(batch|shards?|chunks?|"
+                     r"data|samples|files|items|rows)$", re.I)
+
+#: a test of group membership: ranks outside a group skip its collectives by design
+#: (and a branch taken only with use_local_synchronization, where non-members may skip)
+MEMBERSHIP = re.compile(r"not_in_group|non_member|NON_GROUP_MEMBER|is_member|in_group|use_local_synchronization",
+                        re.I)
+
+#: decorators that mark a user's function as collective
+MARK_DECORATORS = {"collective", "hpc_hangkit.collective", "hpc_hangkit.arm.agree.collective",
+                   "hpc_hangkit.arm.collective"}
+
+_extra_qualified = set()
+#: configured plain names: also matched as bare calls (``my_sync(t)``)
+EXTRA_PLAIN = set()
+
+
+def extend(names):
+    """Add collectives: each ``"pkg.mod.func"`` (matched by qualified name) or ``"method"``
+    (matched as a distinctive name on any receiver). ``names``: iterable of str."""
+    for n in names:
+        n = str(n).strip()
+        if not n:
+            continue
+        if "." in n:
+            _extra_qualified.add(n)
+        else:
+            DISTINCT.add(n)
+            EXTRA_PLAIN.add(n)
+
+
+def snapshot():
+    """The extensible sets as they are now (for :func:`restore`)."""
+    return set(DISTINCT), set(EXTRA_PLAIN), set(_extra_qualified)
+
+
+def restore(saved):
+    """Put back what :func:`snapshot` returned (one lint run's ``extend`` does not outlive it)."""
+    for live, old in zip((DISTINCT, EXTRA_PLAIN, _extra_qualified), saved):
+        live.clear()
+        live.update(old)
+
+
+def _last(dotted):
+    return dotted.rsplit(".", 1)[-1]
+
+
+def classify_call(qualified, method, receiver):
+    """What a call is, from what the model knows of it.
+
+    ``qualified``: the dotted name resolved through the imports (``"torch.distributed.barrier"``)
+    or None; ``method``: the called attribute / name (``"barrier"``); ``receiver``: the last
+    identifier of the receiver (``"comm"`` for ``self.comm.barrier()``) or None.
+    Returns ``"collective"``, ``"p2p"``, or None.
+    """
+    if qualified is not None:
+        if qualified in _extra_qualified:
+            return "collective"
+        name = _last(qualified)
+        if qualified.startswith(COLLECTIVE_MODULES):
+            if name in DISTINCT or name in GENERIC:
+                return "collective"
+            if name in P2P_ALL:
+                return "p2p"
+        return None
+    if method in DISTINCT:
+        return "collective"
+    if receiver is not None and COMMISH.search(receiver):
+        if method in GENERIC:
+            return "collective"
+        if method in P2P_ALL:
+            return "p2p"
+    return None

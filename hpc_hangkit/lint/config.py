@@ -1,0 +1,49 @@
+"""``[tool.hpc-hangkit.lint]`` in pyproject.toml: the lint's project settings.
+
+Keys: ``select``, ``ignore`` (lists of codes or prefixes), ``exclude`` (glob patterns),
+``collectives`` (extra collective names: ``"pkg.mod.func"`` or a method name).
+"""
+import os
+
+__all__ = ["KEYS", "find_pyproject", "load_config"]
+
+KEYS = ("select", "ignore", "exclude", "collectives")
+
+
+def find_pyproject(start):
+    """The nearest ``pyproject.toml`` at or above directory ``start``, or None."""
+    d = os.path.abspath(start)
+    while True:
+        p = os.path.join(d, "pyproject.toml")
+        if os.path.isfile(p):
+            return p
+        up = os.path.dirname(d)
+        if up == d:
+            return None
+        d = up
+
+
+def load_config(path):
+    """The ``[tool.hpc-hangkit.lint]`` table of pyproject file ``path`` as a dict of lists
+    (``{}`` when absent). Raises ``ValueError`` naming the file and key for bad TOML, an
+    unknown key, or a value that is not a list of strings."""
+    try:
+        import tomllib
+    except ImportError:  # Python < 3.11
+        import tomli as tomllib
+    with open(path, "rb") as f:
+        try:
+            data = tomllib.load(f)
+        except tomllib.TOMLDecodeError as e:
+            raise ValueError("%s: not valid TOML: %s" % (path, e))
+    table = data.get("tool", {}).get("hpc-hangkit", {}).get("lint", {})
+    if not isinstance(table, dict):
+        raise ValueError("%s: [tool.hpc-hangkit.lint] must be a table" % path)
+    out = {}
+    for k, v in table.items():
+        if k not in KEYS:
+            raise ValueError("%s: [tool.hpc-hangkit.lint] unknown key %r (known: %s)" % (path, k, ", ".join(KEYS)))
+        if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+            raise ValueError("%s: [tool.hpc-hangkit.lint] %s must be a list of strings" % (path, k))
+        out[k] = v
+    return out

@@ -1,0 +1,292 @@
+"""Per-module facts: source, module name, imports, functions, classes, ignore comments.
+
+:func:`load_module` parses one file (stdlib ``ast``); the tree is kept only while the
+module is being analysed (:attr:`ModuleFacts.tree`), so the whole installed ``torch``
+fits in a few hundred MiB. Stdlib only.
+"""
+import ast
+import os
+import re
+
+__all__ = ["ModuleFacts", "FuncFacts", "module_name", "load_module", "dotted", "qualify", "walk_local", "scopes",
+           "parse_ignores", "functions_of", "enclosing_chain"]
+
+#: a module whose text matches none of these holds no rank-dependent or rank-local value
+RANKISH = re.compile(r"rank|RANK|environ|getenv|PROCID|process_index|is_main|is_local_main|global_zero|is_master|"
+                     r"is_leader|exists|isfile|isdir|listdir|scandir|glob|random|rand|cuda|time|batch|shard|chunk|"
+                     r"sample|dataset|loader|inputs|records|rows|files|data|except")
+_IGNORE = re.compile(r"#\s*hangkit:\s*ignore(?:\[([A-Z0-9, ]+)\])?")
+
+
+class FuncFacts:
+    """One function (or ``<module>``, the module's top-level statements) as the call graph sees it.
+
+    ``calls``: call references (see :func:`hpc_hangkit.lint.calls.call_ref`); ``direct``:
+    the first collective called directly (its name) or None; ``marked``: decorated with
+    ``@collective``; ``ret_level``/``ret_calls``: rank dependence of its return values
+    (0 clean, 1 rank-local, 2 rank-dependent) and the calls whose value it returns;
+    ``noreturn``: it never returns (an endless ``while True`` with no ``break``/``return``).
+    ``witness``: after :func:`hpc_hangkit.lint.calls.propagate`, the collective it reaches
+    (``"all_reduce"``) or None."""
+
+    __slots__ = ("module", "qualname", "cls", "line", "calls", "direct", "marked", "ret_level", "ret_calls",
+                 "noreturn", "witness", "node")
+
+    def __init__(self, module, qualname, cls, line, node):
+        self.module = module
+        self.qualname = qualname
+        self.cls = cls
+        self.line = line
+        self.node = node
+        self.calls = []
+        self.direct = None
+        self.marked = False
+        self.ret_level = 0
+        self.ret_calls = []
+        self.noreturn = False
+        self.witness = None
+
+
+class ModuleFacts:
+    """One source file: ``path``, dotted ``name``, ``imports`` (local alias -> qualified name),
+    ``funcs`` (qualname -> :class:`FuncFacts`; methods as ``Class.method``), ``bases``
+    (class -> list of base qualified names), ``attr_levels`` ((class, attr) -> rank level of
+    ``self.attr`` assignments), ``ignores`` (line -> set of codes, ``"*"`` for all), ``lines``."""
+
+    __slots__ = ("path", "name", "imports", "funcs", "bases", "attr_levels", "ignores", "lines", "tree",
+                 "is_package", "has_p2p", "local", "rankish")
+
+    def __init__(self, path, name, tree, text, is_package=False):
+        self.path = path
+        self.name = name
+        self.tree = tree
+        self.lines = text.splitlines()
+        self.imports = {}
+        self.funcs = {}
+        self.bases = {}
+        self.attr_levels = {}
+        self.ignores = parse_ignores(self.lines)
+        self.is_package = is_package
+        self.has_p2p = False
+        #: the text names something rank-dependent or rank-local at all (else no value in it can be)
+        self.rankish = bool(RANKISH.search(text))
+        #: id(function or module node) -> the nodes that run in its frame (see :func:`scopes`)
+        self.local = {}
+
+    def line_text(self, line):
+        """The stripped source text of 1-based ``line`` ('' when out of range)."""
+        return self.lines[line - 1].strip() if 0 < line <= len(self.lines) else ""
+
+    def ignored(self, line, code):
+        """True when ``# hangkit: ignore`` / ``# hangkit: ignore[CODE]`` is on ``line``."""
+        codes = self.ignores.get(line)
+        return bool(codes) and ("*" in codes or code in codes)
+
+
+def parse_ignores(lines):
+    """``{line: {codes}}`` for every ``# hangkit: ignore[HK101,HK102]`` comment (``{"*"}`` without codes)."""
+    out = {}
+    for i, text in enumerate(lines, 1):
+        if "hangkit" not in text:
+            continue
+        m = _IGNORE.search(text)
+        if m:
+            out[i] = {c.strip() for c in m.group(1).split(",") if c.strip()} if m.group(1) else {"*"}
+    return out
+
+
+def module_name(path):
+    """Dotted module name of a file: its stem, prefixed by every enclosing directory that
+    holds an ``__init__.py`` (``.../torch/distributed/utils.py`` -> ``torch.distributed.utils``)."""
+    path = os.path.abspath(path)
+    d, base = os.path.split(path)
+    stem = base[:-3] if base.endswith(".py") else base
+    parts = [] if stem == "__init__" else [stem]
+    while os.path.isfile(os.path.join(d, "__init__.py")):
+        d, pkg = os.path.split(d)
+        parts.insert(0, pkg)
+        if not pkg:
+            break
+    return ".".join(parts) or stem
+
+
+def dotted(expr):
+    """``a.b.c`` of a Name/Attribute chain as a list of names, or None (calls, subscripts...)."""
+    parts = []
+    while isinstance(expr, ast.Attribute):
+        parts.append(expr.attr)
+        expr = expr.value
+    if isinstance(expr, ast.Name):
+        parts.append(expr.id)
+        return parts[::-1]
+    return None
+
+
+def qualify(mod, parts):
+    """The qualified name of a dotted chain when its first name is an import of ``mod``, else None."""
+    if parts and parts[0] in mod.imports:
+        return ".".join([mod.imports[parts[0]]] + parts[1:])
+    return None
+
+
+def walk_local(node):
+    """Every node under ``node`` (itself excluded) that runs in its frame: nested function,
+    lambda and class bodies are not entered."""
+    stack = list(ast.iter_child_nodes(node))
+    while stack:
+        n = stack.pop()
+        yield n
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            continue
+        stack.extend(ast.iter_child_nodes(n))
+
+
+_FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
+_FUNC_T = frozenset(_FUNCS)
+_OPAQUE_T = frozenset((ast.Lambda, ast.ClassDef))
+_IMPORT_T = frozenset((ast.Import, ast.ImportFrom))
+#: node types the facts and the taint read from a scope's list (everything else is only walked through)
+KEPT = frozenset((ast.Assign, ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor, ast.comprehension,
+                  ast.NamedExpr, ast.withitem, ast.Call, ast.Return))
+#: leaves never worth a visit: contexts, operators, names, constants
+_LEAF_T = frozenset([ast.Load, ast.Store, ast.Del, ast.Name, ast.Constant, ast.alias, ast.arg] +
+                    [c for c in vars(ast).values() if isinstance(c, type) and issubclass(
+                        c, (ast.operator, ast.unaryop, ast.cmpop, ast.boolop))])
+
+
+def scopes(tree):
+    """One pass over ``tree``: ``({id(scope): [nodes]}, [import nodes])`` where a scope is
+    the module or a function, and its nodes are those :func:`walk_local` yields for it that
+    are of a type in :data:`KEPT` (a nested function's body belongs to its own scope;
+    lambda and class bodies to no scope, their methods to their own)."""
+    local = {id(tree): []}
+    imports = []
+    stack = [(tree, local[id(tree)])]
+    pop, push = stack.pop, stack.append
+    while stack:
+        node, sink = pop()
+        for name in node._fields:
+            v = getattr(node, name, None)
+            if v is None or v.__class__ in (str, int, float, bool, bytes):
+                continue
+            for c in (v if v.__class__ is list else (v,)):
+                t = c.__class__
+                if t in _LEAF_T or not isinstance(c, ast.AST):
+                    continue
+                if t in _FUNC_T:
+                    own = local[id(c)] = []
+                    push((c, own))
+                    continue
+                if t in _OPAQUE_T:
+                    push((c, None))
+                    continue
+                if sink is not None and t in KEPT:
+                    sink.append(c)
+                elif t in _IMPORT_T:
+                    imports.append(c)
+                push((c, sink))
+    return local, imports
+
+
+def _resolve_relative(modname, is_package, level, target):
+    base = modname.split(".")
+    if not is_package:
+        base = base[:-1]
+    if level > 1:
+        base = base[:len(base) - (level - 1)]
+    return ".".join(base + ([target] if target else []))
+
+
+def _imports(mod, nodes):
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.asname:
+                    mod.imports[a.asname] = a.name
+                else:
+                    top = a.name.split(".")[0]
+                    mod.imports[top] = top
+        elif isinstance(node, ast.ImportFrom):
+            src = node.module or ""
+            if node.level:
+                src = _resolve_relative(mod.name, mod.is_package, node.level, node.module)
+            for a in node.names:
+                if a.name != "*":
+                    mod.imports[a.asname or a.name] = (src + "." + a.name) if src else a.name
+
+
+def functions_of(tree):
+    """``[(qualname, class name or None, node)]`` of a module's functions and methods (nested
+    functions by their own name under the enclosing one: ``outer.inner``), plus
+    ``("<module>", None, tree)`` for the top-level statements."""
+    out = [("<module>", None, tree)]
+
+    def visit(body, prefix, cls):
+        for n in body:
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                q = prefix + n.name
+                out.append((q, cls, n))
+                visit(n.body, q + ".", cls)
+            elif isinstance(n, ast.ClassDef):
+                visit(n.body, prefix + n.name + ".", n.name if not prefix else None)
+            elif isinstance(n, (ast.If, ast.Try, ast.With)):
+                visit(getattr(n, "body", []) + getattr(n, "orelse", []) + getattr(n, "finalbody", []),
+                      prefix, cls)
+    visit(tree.body, "", None)
+    return out
+
+
+def load_module(path, text=None, name=None):
+    """Parse ``path`` into a :class:`ModuleFacts` (tree kept). Raises ``SyntaxError``,
+    ``ValueError`` (null bytes) or ``OSError`` (unreadable); ``text`` skips the read."""
+    if text is None:
+        with open(path, "rb") as f:
+            raw = f.read()
+        text = raw.decode("utf-8", errors="replace")
+    tree = ast.parse(text, filename=path)
+    mod = ModuleFacts(path, name or module_name(path), tree, text,
+                      is_package=os.path.basename(path) == "__init__.py")
+    mod.local, imports = scopes(tree)
+    _imports(mod, imports)
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            mod.bases[node.name] = [".".join(d) for d in (dotted(b) for b in node.bases) if d]
+    return mod
+
+
+def enclosing_chain(fn_node, line):
+    """The compound statements of ``fn_node``'s own body that contain ``line``, outermost
+    first, each as ``(node, field)`` where ``field`` is the part holding the line
+    (``"body"``, ``"orelse"``, ``"handlers"``, ``"finalbody"``); then the innermost simple
+    statement as ``(stmt, None)``. Empty when the line is not in the function's body."""
+    chain = []
+    body = fn_node.body
+    while True:
+        hit = None
+        for st in body:
+            end = getattr(st, "end_lineno", st.lineno)
+            if st.lineno <= line <= end:
+                hit = st
+                break
+        if hit is None:
+            return chain
+        if isinstance(hit, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            return chain
+        sub = None
+        for field in ("body", "orelse", "handlers", "finalbody"):
+            stmts = getattr(hit, field, None)
+            if not stmts or not isinstance(stmts, list):
+                continue
+            if field == "handlers":
+                for h in stmts:
+                    if h.lineno <= line <= getattr(h, "end_lineno", h.lineno):
+                        sub = (field, h.body)
+            elif stmts[0].lineno <= line <= getattr(stmts[-1], "end_lineno", stmts[-1].lineno):
+                sub = (field, stmts)
+            if sub:
+                break
+        if sub is None:
+            chain.append((hit, None))
+            return chain
+        chain.append((hit, sub[0]))
+        body = sub[1]

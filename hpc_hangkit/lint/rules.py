@@ -1,0 +1,399 @@
+"""The HK rules: collectives that only some ranks reach.
+
+Codes are stable (docs/lint.md has a wrong/right example for each). ``HK1xx``: the
+deciding value is rank-dependent (severity ``error``); ``HK2xx``: it is rank-local,
+it can differ between ranks without naming the rank (severity ``warning``).
+Every finding names two lines: the collective and the branch that decides who reaches
+it (``related_line``). Stdlib only.
+"""
+import ast
+from typing import NamedTuple
+
+from hpc_hangkit.lint import collectives as C
+from hpc_hangkit.lint.model import dotted, qualify, walk_local
+from hpc_hangkit.lint.taint import Taint, mentions_membership
+
+__all__ = ["RULES", "Finding", "check_module", "severity_of"]
+
+#: code -> (short name, one-line description)
+RULES = {
+    "HK101": ("collective-under-rank-condition",
+              "a collective reached only when a rank-dependent condition holds"),
+    "HK102": ("collective-after-rank-exit",
+              "a collective after a rank-dependent early exit (return, continue, break, sys.exit) "
+              "in the same function"),
+    "HK103": ("rank-raise-before-collective",
+              "a rank-dependent raise before a collective, with no abort on that path"),
+    "HK104": ("rank-dependent-group-creation",
+              "process-group creation (new_group, new_subgroups, init_device_mesh) with rank-dependent arguments "
+              "and no use_local_synchronization=True"),
+    "HK105": ("collective-in-rank-loop",
+              "a collective inside a loop whose trip count is rank-dependent"),
+    "HK106": ("symmetric-blocking-send",
+              "every rank does a blocking send to a rank-computed peer before its receive"),
+    "HK201": ("collective-under-local-condition",
+              "a collective reached only when a rank-local condition holds (file checks, clocks, random, "
+              "per-rank data, torch.cuda state, an except handler)"),
+    "HK202": ("collective-after-local-exit",
+              "a collective after a rank-local early exit in the same function"),
+    "HK203": ("local-raise-before-collective",
+              "a rank-local raise before a collective, with no abort on that path"),
+    "HK205": ("collective-in-local-loop",
+              "a collective inside a loop whose trip count depends on rank-local data"),
+}
+
+
+def severity_of(code):
+    """``"error"`` for HK1xx, ``"warning"`` for HK2xx."""
+    return "error" if code.startswith("HK1") else "warning"
+
+
+class Finding(NamedTuple):
+    """One finding: ``code``, ``path``, ``line``/``col`` (1-based line, 1-based column) of the
+    collective, ``message``, ``related_line``/``related_text`` (the branch that decides),
+    ``function`` (qualified name), ``severity``."""
+
+    code: str
+    path: str
+    line: int
+    col: int
+    message: str
+    related_line: int
+    related_text: str
+    function: str
+
+    @property
+    def severity(self):
+        return severity_of(self.code)
+
+    def to_dict(self):
+        return {"code": self.code, "rule": RULES[self.code][0], "severity": self.severity, "path": self.path,
+                "line": self.line, "col": self.col, "message": self.message, "function": self.function,
+                "related": {"line": self.related_line, "text": self.related_text}}
+
+    def sort_key(self):
+        return (self.path, self.line, self.col, self.code)
+
+
+class _Guard:
+    __slots__ = ("line", "level", "kind", "skip")
+
+    def __init__(self, line, level, kind, skip=frozenset()):
+        self.line, self.level, self.kind, self.skip = line, level, kind, skip
+
+
+class _Exit:
+    __slots__ = ("line", "level", "kind", "loop", "abort")
+
+    def __init__(self, line, level, kind, loop, abort):
+        self.line, self.level, self.kind, self.loop, self.abort = line, level, kind, loop, abort
+
+
+_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+_LOOPS = (ast.For, ast.AsyncFor, ast.While)
+
+
+def _header_exprs(st):
+    if isinstance(st, (ast.If, ast.While)):
+        return [st.test]
+    if isinstance(st, (ast.For, ast.AsyncFor)):
+        return [st.iter]
+    if isinstance(st, (ast.With, ast.AsyncWith)):
+        return [i.context_expr for i in st.items]
+    if isinstance(st, ast.Try) or type(st).__name__ == "TryStar":
+        return []
+    if type(st).__name__ == "Match":
+        return [st.subject]
+    return [st]
+
+
+def _calls_in(exprs):
+    out = []
+    for e in exprs:
+        if isinstance(e, ast.Call):
+            out.append(e)
+        for n in walk_local(e):
+            if isinstance(n, ast.Call):
+                out.append(n)
+    out.sort(key=lambda c: (c.lineno, c.col_offset))
+    return out
+
+
+class _Walker:
+    def __init__(self, project, mod, ff, out):
+        self.project = project
+        self.mod = mod
+        self.ff = ff
+        self.out = out
+        self.taint = Taint(ff.node, mod, ff.cls, project)
+        self.exits = []
+        self.seen = set()
+        #: inside a membership / use_local_synchronization branch: its early exits are by design
+        self.members_only = 0
+
+    # ---------------------------------------------------------------- calls
+    def witness(self, call):
+        """What a call reaches: ``"all_reduce"`` / ``"helper() -> all_reduce"`` or None."""
+        kind, name = self.taint.call_kind(call)
+        if kind == "collective":
+            return name
+        if kind == "p2p":
+            return None
+        callee = self.project.callee(self.mod, self.ff.cls, self.ff.qualname, call)
+        if callee is not None and callee.witness:
+            short = callee.qualname.rsplit(".", 1)[-1]
+            if callee.witness == short + "()":
+                return callee.witness
+            return "%s() (reaches %s)" % (short, callee.witness)
+        return None
+
+    def sigs(self, stmts):
+        out = []
+        for st in stmts:
+            if isinstance(st, _DEFS):
+                continue
+            for n in ([st] + list(walk_local(st))):
+                if isinstance(n, ast.Call):
+                    w = self.witness(n)
+                    if w:
+                        out.append((w, id(n)))
+        return out
+
+    def _emit(self, code, node, what, line, detail):
+        if id(node) in self.seen:
+            return
+        self.seen.add(id(node))
+        self.out.append(Finding(code, self.mod.path, node.lineno, node.col_offset + 1,
+                                "%s %s (line %d: `%s`)" % (what, detail, line, self.mod.line_text(line)),
+                                line, self.mod.line_text(line), self.ff.qualname))
+
+    def call(self, call, guards, loops):
+        name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", None)
+        if name in C.GROUP_CREATE:
+            self.group_create(call)
+        w = self.witness(call)
+        if not w:
+            return
+        for g in reversed(guards):
+            if not g.level or id(call) in g.skip:
+                continue
+            dep = g.level == 2
+            if g.kind == "loop":
+                self._emit("HK105" if dep else "HK205", call, w,
+                           g.line, "runs once per iteration of a loop whose trip count is %s"
+                           % ("rank-dependent" if dep else "rank-local"))
+            elif g.kind == "except":
+                self._emit("HK201", call, w, g.line, "runs only on ranks that raised, in this except handler")
+            else:
+                self._emit("HK101" if dep else "HK201", call, w, g.line,
+                           "is reached only on ranks where the %s condition is %s"
+                           % ("rank-dependent" if dep else "rank-local", "true" if g.kind == "if" else "false"))
+            return
+        for e in reversed(self.exits):
+            if e.loop is not None and e.loop not in loops:
+                continue
+            dep = e.level == 2
+            if e.kind == "raise":
+                if e.abort:
+                    continue
+                self._emit("HK103" if dep else "HK203", call, w, e.line,
+                           "comes after a %s raise with no abort: the ranks that raise leave the others waiting"
+                           % ("rank-dependent" if dep else "rank-local"))
+            else:
+                self._emit("HK102" if dep else "HK202", call, w, e.line,
+                           "comes after a %s early %s: the ranks that leave never reach it"
+                           % ("rank-dependent" if dep else "rank-local", e.kind))
+            return
+
+    def group_create(self, call):
+        for k in call.keywords:
+            if k.arg == "use_local_synchronization" and isinstance(k.value, ast.Constant) and k.value.value:
+                return
+        vals = list(call.args) + [k.value for k in call.keywords]
+        if any(self.taint.level(v) == 2 for v in vals):
+            name = call.func.attr if isinstance(call.func, ast.Attribute) else call.func.id
+            self._emit("HK104", call, name, call.lineno,
+                       "gets rank-dependent arguments without use_local_synchronization=True: every rank of "
+                       "the parent group must call it with the same ranks")
+
+    # ---------------------------------------------------------------- exits
+    def exits_of(self, stmts):
+        """``{kind: abort}`` for the early exits a branch takes (kinds: return, raise, continue,
+        break, exit); ``abort`` True when the branch also calls an abort."""
+        kinds = set()
+        abort = False
+        stack = [(st, False) for st in stmts]
+        while stack:
+            n, in_loop = stack.pop()
+            if isinstance(n, _DEFS):
+                continue
+            if isinstance(n, ast.Return):
+                kinds.add("return")
+            elif isinstance(n, ast.Raise):
+                kinds.add("raise")
+            elif isinstance(n, (ast.Continue, ast.Break)) and not in_loop:
+                kinds.add("continue" if isinstance(n, ast.Continue) else "break")
+            elif isinstance(n, ast.Call):
+                parts = dotted(n.func)
+                if parts:
+                    q = qualify(self.mod, parts) or ".".join(parts)
+                    if q in C.EXITS:
+                        kinds.add("exit")
+                    if parts[-1] in C.ABORTS:
+                        abort = True
+                callee = self.project.callee(self.mod, self.ff.cls, self.ff.qualname, n)
+                if callee is not None and callee.noreturn:
+                    kinds.add("exit")
+            if isinstance(n, _LOOPS):
+                stack.extend((c, True) for c in n.body)
+                stack.extend((c, in_loop) for c in n.orelse)
+                stack.append((n.test if isinstance(n, ast.While) else n.iter, in_loop))
+                continue
+            stack.extend((c, in_loop) for c in ast.iter_child_nodes(n))
+        return kinds, abort
+
+    # ---------------------------------------------------------------- statements
+    def walk(self):
+        body = self.ff.node.body
+        self.block(body, (), ())
+
+    def block(self, stmts, guards, loops):
+        pairs = self.paired_ifs(stmts)
+        for i, st in enumerate(stmts):
+            if id(st) in pairs:
+                # `if not c: X()` ... `if c: X()`: every rank reaches X once (main-process-first)
+                g = _Guard(st.lineno, 0, "if")
+                for sub in st.body:
+                    self.stmt(sub, guards + (g,), loops)
+                continue
+            self.stmt(st, guards, loops, stmts[i + 1:])
+        self.p2p(stmts, guards)
+
+    def paired_ifs(self, stmts):
+        """Ids of ``if`` statements (no ``else``) of one block whose tests are ``c`` and ``not c``
+        and whose bodies reach the same collectives."""
+        seen = {}
+        out = set()
+        for st in stmts:
+            if not isinstance(st, ast.If) or st.orelse:
+                continue
+            t = st.test
+            neg = isinstance(t, ast.UnaryOp) and isinstance(t.op, ast.Not)
+            key = ast.dump(t.operand if neg else t)
+            other = seen.get((key, not neg))
+            if other is not None and [w for w, _ in self.sigs(other.body)] == [w for w, _ in self.sigs(st.body)] \
+                    and self.sigs(st.body):
+                out.update((id(other), id(st)))
+            seen[(key, neg)] = st
+        return out
+
+    def stmt(self, st, guards, loops, rest=()):
+        if isinstance(st, _DEFS):
+            return
+        for call in _calls_in(_header_exprs(st)):
+            self.call(call, guards, loops)
+        if isinstance(st, ast.If):
+            lv = self.taint.test_level(st.test)
+            before = list(self.exits)
+            same_exit = False
+            if lv:
+                a, b = self.sigs(st.body), self.sigs(st.orelse)
+                skip_a, skip_b = _matched(a, b)
+                if a and not st.orelse and "return" in self.exits_of(st.body)[0]:
+                    # `if c: X(); return` then X() below: every path reaches X once
+                    cont = self.sigs(rest)
+                    if [w for w, _ in a] == [w for w, _ in cont]:
+                        same_exit = True
+                        skip_a = frozenset(i for _, i in a)
+                ga = _Guard(st.lineno, lv, "if", skip_a)
+                gb = _Guard(st.lineno, lv, "else", skip_b)
+            else:
+                ga = gb = None
+            members = mentions_membership(st.test)
+            self.members_only += members
+            self.block(st.body, guards + ((ga,) if ga else ()), loops)
+            self.members_only -= members
+            after_body = self.exits
+            self.exits = list(before)
+            self.block(st.orelse, guards + ((gb,) if gb else ()), loops)
+            merged = after_body + [e for e in self.exits if e not in after_body]
+            self.exits = merged
+            if lv and not self.members_only:
+                ka, abort_a = self.exits_of(st.body)
+                kb, abort_b = self.exits_of(st.orelse)
+                for kinds, other, abort in ((ka, kb, abort_a), (kb, ka, abort_b)):
+                    for kind in sorted(kinds - other):
+                        if same_exit and kind == "return":
+                            continue
+                        loop = loops[-1] if kind in ("continue", "break") and loops else None
+                        self.exits.append(_Exit(st.lineno, lv, kind, loop, abort))
+        elif isinstance(st, _LOOPS):
+            if isinstance(st, ast.While):
+                lv = self.taint.test_level(st.test)
+            else:
+                lv = self.taint.iter_level(st.iter)
+            g = (_Guard(st.lineno, lv, "loop"),) if lv else ()
+            self.block(st.body, guards + g, loops + (st,))
+            self.exits = [e for e in self.exits if e.loop is not st]
+            self.block(st.orelse, guards, loops)
+        elif isinstance(st, ast.Try) or type(st).__name__ == "TryStar":
+            self.block(st.body, guards, loops)
+            for h in st.handlers:
+                self.block(h.body, guards + (_Guard(h.lineno, 1, "except"),), loops)
+            self.block(st.orelse, guards, loops)
+            self.block(st.finalbody, guards, loops)
+        elif isinstance(st, (ast.With, ast.AsyncWith)):
+            self.block(st.body, guards, loops)
+        elif type(st).__name__ == "Match":
+            lv = self.taint.level(st.subject)
+            for case in st.cases:
+                self.block(case.body, guards + ((_Guard(st.lineno, lv, "if"),) if lv else ()), loops)
+
+    # ---------------------------------------------------------------- point-to-point
+    def p2p(self, stmts, guards):
+        if any(g.level for g in guards):
+            return  # inside a rank branch: the even/odd pattern that orders send and recv
+        send = None
+        for st in stmts:
+            if isinstance(st, _DEFS) or not isinstance(st, (ast.Expr, ast.Assign, ast.AnnAssign)):
+                continue
+            for call in _calls_in([st]):
+                kind, name = self.taint.call_kind(call)
+                if kind != "p2p":
+                    continue
+                if send is None and name in C.P2P_SEND and self._peer_level(call, name) == 2:
+                    send = (call, name)
+                elif send is not None and name in C.P2P_RECV:
+                    scall, sname = send
+                    self._emit("HK106", scall, "blocking %s to a rank-computed peer" % sname, call.lineno,
+                               "comes before the blocking receive that every rank also does")
+                    return
+
+    def _peer_level(self, call, name):
+        for k in call.keywords:
+            if k.arg in ("dst", "dest", "group_dst"):
+                return self.taint.level(k.value)
+        return self.taint.level(call.args[1]) if len(call.args) > 1 else 0
+
+
+def _matched(a, b):
+    """Ids of the collectives of two branches that the other branch matches (same name, in order)."""
+    skip_a, skip_b = set(), set()
+    pool = {}
+    for w, i in b:
+        pool.setdefault(w, []).append(i)
+    for w, i in a:
+        if pool.get(w):
+            skip_a.add(i)
+            skip_b.add(pool[w].pop(0))
+    return frozenset(skip_a), frozenset(skip_b)
+
+
+def check_module(project, mod):
+    """Findings of every function of ``mod`` (its tree must be loaded; facts propagated),
+    ``# hangkit: ignore`` comments applied (on the collective's line or the branch's)."""
+    out = []
+    for ff in mod.funcs.values():
+        _Walker(project, mod, ff, out).walk()
+    kept = [f for f in out if not (mod.ignored(f.line, f.code) or mod.ignored(f.related_line, f.code))]
+    return sorted(kept, key=Finding.sort_key)

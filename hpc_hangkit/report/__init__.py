@@ -1,0 +1,1 @@
+"""Report output: text, JSON and call-tree rendering of a roll call."""

@@ -1,0 +1,64 @@
+"""The roll call: from what every rank left behind, say where the collective is,
+which ranks wait there, and which rank(s) went the other way.
+
+Pipeline (each step a public function, data flowing one way; modules in brackets)::
+
+    parsed logs (parse.faulthandler / parse.pyspy / parse.traceback)   [read: a directory]
+        -> rank_facts()        per rank: main thread, modal position, state  [frames, facts]
+        -> summarize_node()    compact JSON-able node summary (positions -> rank sets)  [nodes]
+        -> merge()             associative + commutative merge of node summaries  [nodes]
+        -> build_report()      groups, verdict, suspects -> :class:`Report`  [verdict]
+                               (its sentences: hpc_hangkit.report.prose)
+        -> add_sections()      Flight Recorder / NCCL RAS sections  [sections]
+
+:func:`report_from_dir` does all of it for a directory holding any mix of
+watchdog logs, py-spy dumps, stdout/stderr tracebacks, heartbeats, unwatched
+markers and ``*.summary.json`` node summaries. A report over node summaries is
+the same as one over the raw dumps (tests/rollcall/test_rollcall_merge.py).
+
+Rules (each has a regression test):
+
+- **Main thread by outermost frame**, not depth: the thread whose outermost
+  Python frame is the script's ``<module>`` (or runpy's ``_run_module_as_main``)
+  is the main thread; threads whose outermost frame is ``threading``'s
+  ``_bootstrap`` are helpers. A telemetry thread deep in an HTTP client never
+  wins over the main thread blocked two frames into ``all_reduce``.
+- **Modal position over the last K samples**, ties to the newest: a stuck rank
+  shows the same position every period; one sample caught mid-transition must
+  not split a group. Start-up samples (an import in progress:
+  ``importlib._bootstrap`` frames) never decide a position.
+- **State per rank**: ``stuck`` (the mode holds a strict majority of the last K
+  samples, or every sample is in one polling loop: same call path and function,
+  only the line moves), ``progressing`` (three or more samples and no majority,
+  or a check-in after its last dump), ``exited`` (a fatal-error dump, an exit
+  traceback, or it went silent in node scratch while others kept writing),
+  ``unknown`` (no usable sample: only start-up dumps, py-spy refused, ...).
+- **Grouping** by the Python call chain of the main thread (file, line,
+  function of every frame; ``depth`` limits it to the innermost N frames).
+  Files compare by base name and functions by their last dotted part, so
+  faulthandler (full paths, ``co_name``) and py-spy text (short paths,
+  qualified names) of the same position group together.
+- **Collective or elsewhere**: a chain with torch.distributed frames, c10d /
+  MPI native frames or mpi4py frames is *in a collective*; mpi4py's Cython
+  frames are invisible to faulthandler, so an MPI rank shows only the user's
+  line calling ``comm.allreduce`` (*unknown*: the majority then decides).
+
+Verdicts: MISSED, SPLIT, TOGETHER, GONE, SLOW, NO_HANG, INCONCLUSIVE (see
+docs/report.md); a Flight Recorder or RAS section may turn TOGETHER or
+INCONCLUSIVE into its own verdict (e.g. SAME_LINE_DIFFERENT_ARGS).
+"""
+from hpc_hangkit.rollcall.facts import SUMMARY_VERSION, Checkin, RankFacts, rank_facts
+from hpc_hangkit.rollcall.frames import collective_of, is_library_frame, is_startup, main_thread, user_frame
+from hpc_hangkit.rollcall.nodes import merge, positions, summarize_dir, summarize_node
+from hpc_hangkit.rollcall.pipeline import report_from_dir, report_from_summary_and_dir
+from hpc_hangkit.rollcall.read import read_dir, rank_from_name
+from hpc_hangkit.rollcall.sections import add_sections, adopt_sections
+from hpc_hangkit.rollcall.verdict import ROLES, VERDICTS, Group, Report, Verdict, build_report, short_error
+
+__all__ = [
+    "VERDICTS", "ROLES", "SUMMARY_VERSION", "Group", "Report", "Verdict", "RankFacts", "Checkin", "main_thread",
+    "is_startup", "is_library_frame", "user_frame", "collective_of", "rank_facts", "positions",
+    "summarize_node", "summarize_dir", "merge", "build_report", "report_from_dir",
+    "report_from_summary_and_dir", "add_sections", "read_dir", "rank_from_name", "short_error",
+    "adopt_sections",
+]

@@ -1,0 +1,483 @@
+"""Node summaries: the compact, mergeable form of a set of ranks' facts (``*.summary.json``).
+
+:func:`summarize_node` (parsed logs -> summary), :func:`merge` (associative and
+commutative), and :func:`summarize_dir` (a directory, parsed on several cores when it is
+large). A report over merged node summaries equals the report over all raw dumps at
+once (tests/rollcall/test_rollcall_merge.py). Shape: docs/report-schema.md.
+"""
+import contextlib
+import gc
+import os
+import sys
+from typing import Dict, Iterable, List, Optional, Tuple
+
+from hpc_hangkit import layout
+from hpc_hangkit.parse.model import ParsedLog, Sample
+from hpc_hangkit.ranges import format_ranks, parse_ranks
+from hpc_hangkit.rollcall.facts import SUMMARY_VERSION, Checkin, RankFacts, merge_chain, rank_facts, remember
+from hpc_hangkit.rollcall.frames import frames_from_json
+from hpc_hangkit.rollcall.read import DirContents, in_capture_tree, list_files, read_dir
+
+__all__ = ["PARALLEL_MIN_FILES", "summarize_node", "pack", "unpack", "merge", "summarize_dir", "positions",
+           "split_by_rank", "workers_for", "no_cyclic_gc"]
+
+#: raw-dump directories with at least this many files are parsed on several cores
+PARALLEL_MIN_FILES = 4096
+
+
+@contextlib.contextmanager
+def no_cyclic_gc():
+    """The cyclic garbage collector paused (if it runs), restored after. Reading, merging
+    and judging 100k ranks allocates millions of objects that form no cycles; the
+    collector's passes over them were over a third of the roll call's CPU at 100k ranks."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def summarize_node(logs: Iterable[ParsedLog] = (), *, tracebacks: Optional[dict] = None,
+                   heartbeats: Iterable = (), unwatched: Optional[Dict[int, str]] = None,
+                   warnings: Iterable[str] = (), world_size: Optional[int] = None,
+                   samples: int = 5, host: Optional[str] = None) -> dict:
+    """Summarise the dumps of one node (or any set of ranks) into a compact JSON-able dict.
+
+    ``logs``: parsed logs (ranks taken from ``log.rank``; logs without a rank
+    are reported in ``warnings``). ``tracebacks``: rank -> exit traceback (from
+    stdout/stderr). ``heartbeats``: heartbeat records (attributes ``rank,
+    label, wall_s, counter, period_s``). ``samples``: K for the modal position.
+
+    Shape (version 1, see docs/report-schema.md)::
+
+        {"hangkit_summary": 1, "k": 5, "world": 4|null,
+         "chains": {cid: {"frames": [[file, line, function, native], ...], "collective": str|null}},
+         "positions": [{"chain": cid|null, "state": "stuck", "ranks": "0,2-3"}, ...],
+         "facts": {"<rank>": {...small per-rank facts...}},
+         "unwatched": {"<rank>": reason}, "warnings": [...]}
+
+    Summaries merge with :func:`merge` (associative, commutative).
+    """
+    per_rank: Dict[int, List[ParsedLog]] = {}
+    warns = set(warnings)
+    claims: Dict[int, int] = {}      # world size -> how many files claim it
+    for lg in logs:
+        if lg.rank is None:
+            if lg.samples:
+                warns.add("%s: no rank in its header or name; its %d dump(s) are not in the roll call"
+                          % (lg.name, len(lg.samples)))
+            continue
+        if not 0 <= int(lg.rank) < MAX_WORLD:
+            warns.add("%s: rank %d is beyond any job (%d ranks at most); file ignored"
+                      % (lg.name, int(lg.rank), MAX_WORLD))
+            continue
+        per_rank.setdefault(int(lg.rank), []).append(lg)
+        if lg.world and world_size is None:
+            claims[int(lg.world)] = claims.get(int(lg.world), 0) + 1
+    chains: Dict[str, dict] = {}
+    facts: Dict[int, RankFacts] = {}
+    memo: Dict[tuple, str] = {}
+    tmps: Dict[int, dict] = {}  # per rank: the chain records its own evidence produced
+    # (fatal, threads) of every sample -> (facts, chain records): rank_facts reads nothing
+    # else, and at scale most ranks' samples are the same thread objects (the parser shares
+    # equal dumps), so each distinct history is analysed once; the key holds its threads alive
+    done: Dict[tuple, Tuple[RankFacts, dict]] = {}
+    for r, lgs in per_rank.items():
+        # oldest process first (header t), watchdog dumps before py-spy dumps (taken at capture)
+        if len(lgs) > 1:
+            lgs.sort(key=lambda g: (0 if g.kind == "faulthandler" else 1,
+                                    (g.header or {}).get("t") or 0.0, g.name))
+        samples_all: List[Sample] = []
+        for g in lgs:
+            samples_all.extend(g.samples)
+        sig = tuple([(s.fatal, tuple(s.threads)) for s in samples_all])
+        hit = done.get(sig)
+        if hit is None:
+            tmp = {}
+            hit = done[sig] = (rank_facts(samples_all, samples, tmp, memo), tmp)
+        f = hit[0].copy()
+        tmps[r] = dict(hit[1])
+        writes = [g.mtime for g in lgs if g.kind == "faulthandler" and g.mtime is not None and g.samples]
+        if writes:
+            f.last_write = round(max(writes), 3)
+        periods = [g.period_s for g in lgs if g.period_s]
+        if periods:
+            f.period_s = max(periods)
+        g0 = next((g for g in reversed(lgs) if g.kind == "faulthandler" and g.pid), None) or lgs[-1]
+        if g0.pid is not None:
+            f.pid = g0.pid
+        if g0.host:
+            f.host = g0.host
+        taken = [smp.t for g in lgs if g.kind == "pyspy" for smp in g.samples if smp.t is not None]
+        if taken:
+            f.taken = round(max(taken), 3)
+        notes = [g.warnings[0].split(": ", 1)[-1] for g in lgs if g.kind == "unavailable" and g.warnings]
+        ex = [g.exit_note for g in lgs if g.exit_note]
+        if ex and f.exit is None:
+            f.note = ex[-1]
+            notes.append(ex[-1])
+        if notes and f.state == "unknown":
+            f.detail = "; ".join(sorted(set(notes)))
+        facts[r] = f
+    for r, tb in (tracebacks or {}).items():
+        r = int(r)
+        f = facts.get(r)
+        if f is None:
+            f = facts[r] = RankFacts()
+        f.state = "exited"
+        f.exit = tb.error or "exited with a Python traceback"
+        f.traceback = list(tb.lines[-60:])
+        if tb.frames:
+            f.key = remember(tmps.setdefault(r, {}), tb.frames)
+        elif f.exit.startswith("exited normally"):
+            f.key = None  # it returned from the program: its last dump is history, not where it left
+        f.detail = None
+    # only the record of each rank's FINAL position enters the table: a node summary keeps
+    # exactly the chains its ranks sit at, so merging summaries rebuilds the same table
+    seen: Dict[str, int] = {}
+    for r, tmp in tmps.items():
+        key = facts[r].key
+        rec = tmp.get(key) if key else None
+        if rec is not None and seen.get(key) != id(rec):
+            merge_chain(chains, key, rec)
+            seen[key] = id(rec)
+    for hb in heartbeats or ():
+        r = getattr(hb, "rank", None)
+        if r is None or (isinstance(r, int) and r < 0):
+            continue
+        if int(r) >= MAX_WORLD:
+            warns.add("a heartbeat claims rank %d, beyond any job (%d ranks at most); ignored"
+                      % (int(r), MAX_WORLD))
+            continue
+        d = Checkin.from_record(hb)
+        if d is None:
+            continue
+        f = facts.get(int(r))
+        if f is None:
+            f = facts[int(r)] = RankFacts(detail="a heartbeat but no stack dump")
+        old = f.hb
+        if old is None or (d.wall_s, d.counter) > (old.wall_s, old.counter):
+            f.hb = d
+        w = getattr(hb, "world", None)
+        if world_size is None and isinstance(w, int) and w > 0:
+            claims[w] = claims.get(w, 0) + 1
+        if f.host is None and getattr(hb, "host", None):
+            f.host = hb.host
+            f.host_after_hb = True
+    world = world_size if world_size is not None else credible_world(claims, warns)
+    return pack(world, samples, chains, facts, dict(unwatched or {}), warns, host)
+
+
+#: no job has more ranks: a larger rank or world size in a dump or heartbeat is damage
+#: (a flipped byte) or a forgery, and is ignored with a warning, so that the report's
+#: memory follows the files it reads, never a number written in them
+MAX_WORLD = 1 << 20
+
+
+def credible_world(claims: Dict[int, int], warns: set) -> Optional[int]:
+    """The world size the input supports: the largest of ``claims`` (world size -> number
+    of files claiming it) that is at most :data:`MAX_WORLD`; each claim above it is named
+    in ``warns`` (without counts, so that summaries merge to the same warnings in any
+    order). None when there is no usable claim."""
+    ok = [w for w in claims if 0 < w <= MAX_WORLD]
+    for w in sorted(set(claims) - set(ok)):
+        if w > MAX_WORLD:
+            warns.add("a world size of %d is claimed, beyond any job (%d ranks at most);"
+                      " ignored" % (w, MAX_WORLD))
+    return max(ok) if ok else None
+
+
+def pack(world: Optional[int], k: int, chains: Dict[str, dict], facts: Dict[int, RankFacts],
+         unwatched: Dict[int, str], warns: Iterable[str], host: Optional[str] = None) -> dict:
+    """A node summary dict (version :data:`SUMMARY_VERSION`) of ``facts`` (rank -> facts):
+    ranks grouped into ``positions`` by (chain, state), only the chains they use, unwatched
+    markers and warnings sorted; ``hosts`` is ``[host]`` when given."""
+    return _pack_rows(world, k, chains, {r: (f.key, f.state, f.to_summary()) for r, f in facts.items()},
+                      unwatched, warns, host)
+
+
+def _pack_rows(world: Optional[int], k: int, chains: Dict[str, dict], rows: Dict[int, tuple],
+               unwatched: Dict[int, str], warns: Iterable[str], host: Optional[str] = None) -> dict:
+    """:func:`pack` of ``rows``: rank -> ``(chain id, state, summary entry)``."""
+    groups: Dict[tuple, List[int]] = {}
+    slim: Dict[str, dict] = {}
+    for r, (key, state, extra) in rows.items():
+        groups.setdefault((key, state), []).append(r)
+        if extra:
+            slim[str(r)] = extra
+    used = {key for key, _ in groups if key is not None}
+    positions = [{"chain": key, "state": state, "ranks": format_ranks(rs)}
+                 for (key, state), rs in sorted(groups.items(), key=lambda kv: (min(kv[1]), str(kv[0])))]
+    out = {"hangkit_summary": SUMMARY_VERSION, "k": k, "world": world,
+           "chains": {c: {kk: v for kk, v in chains[c].items() if v is not None or kk == "collective"}
+                      for c in sorted(used) if c in chains},
+           "positions": positions, "facts": slim,
+           "unwatched": {str(r): unwatched[r] for r in sorted(unwatched)},
+           "warnings": sorted(warns)}
+    if host:
+        out["hosts"] = [host]
+    return out
+
+
+def _unpack_rows(summary: dict) -> Tuple[Optional[int], dict, Dict[int, tuple], Dict[int, str], set]:
+    """:func:`unpack` with each rank as ``(chain id, state, facts entry)`` (the entry as
+    the summary has it, ``{}`` when none), not yet a record."""
+    chains = dict(summary.get("chains") or {})
+    rows: Dict[int, tuple] = {}
+    for p in summary.get("positions") or ():
+        try:
+            ranks = parse_ranks(str(p.get("ranks", "")))
+        except ValueError:
+            continue
+        row = (p.get("chain"), p.get("state") or "unknown", {})
+        for r in ranks:
+            rows[r] = row
+    for rs, extra in (summary.get("facts") or {}).items():
+        try:
+            r = int(rs)
+        except ValueError:
+            continue
+        key, state, _ = rows.get(r) or (None, "unknown", None)
+        rows[r] = (key, state, extra or {})
+    unw = {}
+    for rs, why in (summary.get("unwatched") or {}).items():
+        try:
+            unw[int(rs)] = str(why)
+        except ValueError:
+            continue
+    warns = set(summary.get("warnings") or ())
+    world = summary.get("world")
+    world = credible_world({world: 1}, warns) if isinstance(world, int) else None
+    return world, chains, rows, unw, warns
+
+
+def unpack(summary: dict) -> Tuple[Optional[int], dict, Dict[int, RankFacts], Dict[int, str], set]:
+    """``(world, chains, facts, unwatched, warnings)`` of a node summary (the inverse of
+    :func:`pack`); entries that do not parse (a bad rank range or rank) are skipped."""
+    world, chains, rows, unw, warns = _unpack_rows(summary)
+    facts = {r: RankFacts.from_summary(key, state, extra) for r, (key, state, extra) in rows.items()}
+    return world, chains, facts, unw, warns
+
+
+def merge(*summaries: dict) -> dict:
+    """Merge node summaries into one (associative and commutative).
+
+    Ranks are unions; a rank present in two summaries keeps the record that is
+    greatest in a fixed total order (exited > stuck > progressing > unknown,
+    then more samples, then the canonical JSON) so the result does not depend on
+    the order of merging. Chains are content-addressed (same id = same
+    position); warnings and unwatched markers are unions; world is the maximum.
+    """
+    with no_cyclic_gc():
+        return _merge(summaries)
+
+
+def _merge(summaries: Tuple[dict, ...]) -> dict:
+    world = None
+    k = None
+    chains: Dict[str, dict] = {}
+    # rank -> its row as a summary has it, or its RankFacts once two summaries had it: a
+    # rank only one summary has (the usual case) is never made a record
+    facts: Dict[int, object] = {}
+    unw: Dict[int, str] = {}
+    warns: set = set()
+    hosts: set = set()
+    for s in summaries:
+        w, ch, rows, un, wa = _unpack_rows(s)
+        if w is not None:
+            world = w if world is None else max(world, w)
+        if isinstance(s.get("k"), int):
+            k = s["k"] if k is None else max(k, s["k"])
+        for cid, rec in ch.items():
+            merge_chain(chains, cid, rec)
+        for r, row in rows.items():
+            old = facts.get(r)
+            if old is None:
+                facts[r] = row
+                continue
+            if isinstance(old, tuple):
+                old = RankFacts.from_summary(*old)
+            f = RankFacts.from_summary(*row)
+            facts[r] = f if f.order_key() > old.order_key() else old
+        for r, why in un.items():
+            if r not in unw or why > unw[r]:
+                unw[r] = why
+        warns |= wa
+        hosts |= set(s.get("hosts") or ())
+    rows = {r: (v[0], v[1], RankFacts.summary_entry(*v)) if isinstance(v, tuple) else (v.key, v.state, v.to_summary())
+            for r, v in facts.items()}
+    out = _pack_rows(world, k if k is not None else 5, chains, rows, unw, warns)
+    if hosts:
+        out["hosts"] = sorted(hosts)
+    return out
+
+
+def positions(logs: Iterable[ParsedLog], samples: int = 5) -> Dict[int, Tuple[RankFacts, Optional[tuple]]]:
+    """Per rank of the parsed ``logs``: ``(facts, chain)``, ``chain`` being its position's
+    frames (tuple of Frame, innermost first) or None. Logs without a rank are ignored."""
+    s = summarize_node(list(logs), samples=samples)
+    _, chains, facts, _, _ = unpack(s)
+    out = {}
+    for r, f in facts.items():
+        rec = chains.get(f.key) if f.key else None
+        out[r] = (f, frames_from_json(rec["frames"]) if rec else None)
+    return out
+
+
+def _dedupe(logs: List[ParsedLog]) -> List[ParsedLog]:
+    """The same process's log copied twice (scratch + hang_detector/watchdog): keep the fuller copy."""
+    best: Dict[tuple, ParsedLog] = {}
+    rest = []
+    for lg in logs:
+        if lg.kind == "faulthandler" and lg.pid is not None and lg.rank is not None:
+            k = (lg.rank, lg.pid)
+            old = best.get(k)
+            if old is None or (len(lg.samples), lg.mtime or 0.0, lg.name) > (
+                    len(old.samples), old.mtime or 0.0, old.name):
+                best[k] = lg
+        else:
+            rest.append(lg)
+    return list(best.values()) + rest
+
+
+def _fix_ranks(logs: List[ParsedLog]) -> None:
+    """A log without a rank takes the rank of the other logs of its pid, when that is unique."""
+    if all(lg.rank is not None for lg in logs):
+        return
+    pid_rank = {(lg.host, lg.pid): lg.rank for lg in logs if lg.rank is not None and lg.pid is not None}
+    pid_only: Dict[int, set] = {}
+    for (h, p), r in pid_rank.items():
+        pid_only.setdefault(p, set()).add(r)
+    for lg in logs:
+        if lg.rank is None and lg.pid is not None and len(pid_only.get(lg.pid, ())) == 1:
+            lg.rank = next(iter(pid_only[lg.pid]))
+
+
+def _summarize_contents(c: DirContents, world_size: Optional[int], samples: int) -> dict:
+    _fix_ranks(c.logs)
+    return summarize_node(_dedupe(c.logs), tracebacks=c.tracebacks, heartbeats=c.heartbeats,
+                          unwatched=c.unwatched, warnings=c.warnings, world_size=world_size, samples=samples)
+
+
+def _summarize_files(args) -> dict:
+    """Worker: the node summary of ``files`` under ``path`` (a disjoint set of whole ranks)."""
+    path, files, world_size, samples = args
+    return _summarize_contents(read_dir(path, files), world_size, samples)
+
+
+def workers_for(n_files: int, workers: Optional[int]) -> int:
+    """Worker processes for parsing ``n_files`` files: ``workers`` when given (at least 1), else 1
+    below :data:`PARALLEL_MIN_FILES` files, else one per available core up to 8."""
+    if workers is not None:
+        return max(1, int(workers))
+    if n_files < PARALLEL_MIN_FILES:
+        return 1
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, 8))
+
+
+def _other_threads() -> bool:
+    th = sys.modules.get("threading")
+    return th is not None and th.active_count() > 1
+
+
+def split_by_rank(path: str, files: List[str], workers: int):
+    """``(serial, buckets)``: files routed to worker buckets by rank, and the rest.
+
+    Only rank-side files whose name carries the rank (``watchdog/rank_<r>.pid<p>.log``,
+    ``heartbeats/rank_<r>.pid<p>.hb``) are routed.  Everything else (captures, py-spy
+    dumps, tracebacks, markers, summaries, rank-less logs) is parsed here first, and a
+    rank it mentions keeps all its files here too, so every rank's data is summarized
+    in exactly one place and the merge equals the serial summary.
+    """
+    routed: Dict[int, List[str]] = {}
+    pid_ranks: Dict[int, set] = {}
+    serial: List[str] = []
+    for fp in files:
+        parent = os.path.basename(os.path.dirname(fp))
+        parsed = layout.parse_rank_file_name(os.path.basename(fp))
+        if (parsed and parsed[0] is not None and (parent, parsed[2]) in (
+                (layout.WATCHDOG_DIR, "log"), (layout.HEARTBEAT_DIR, "hb"))
+                and not in_capture_tree(fp[len(path):])):
+            routed.setdefault(parsed[0], []).append(fp)
+            pid_ranks.setdefault(parsed[1], set()).add(parsed[0])
+        else:
+            serial.append(fp)
+    c = read_dir(path, serial) if serial else DirContents()
+    touched = set(c.tracebacks) | set(c.unwatched)
+    for lg in c.logs:
+        if lg.rank is not None:
+            touched.add(lg.rank)
+        elif lg.pid is not None:
+            touched |= pid_ranks.get(lg.pid, set())
+    buckets: List[List[str]] = [[] for _ in range(workers)]
+    extra: List[str] = []
+    for r, fs in routed.items():
+        if r in touched:
+            extra.extend(fs)
+        else:
+            buckets[r % workers].extend(fs)
+    if extra:
+        more = read_dir(path, sorted(extra))
+        c.logs.extend(more.logs)
+        c.heartbeats.extend(more.heartbeats)
+        c.warnings.extend(more.warnings)
+        c.files += more.files
+    return c, [b for b in buckets if b]
+
+
+def summarize_dir(path: str, *, world_size: Optional[int] = None, samples: int = 5,
+                  workers: Optional[int] = None) -> dict:
+    """Read ``path`` (see :func:`read_dir`) and return its node summary merged with any
+    ``*.summary.json`` found there.
+
+    ``workers``: processes that parse raw dumps (default: one per available core, up
+    to 8, when the directory holds at least :data:`PARALLEL_MIN_FILES` files; 1 =
+    serial).  They are forked, so only from a process with no other threads; with
+    threads running the parse is serial.  The result does not depend on it: ranks are split whole between the
+    processes and their summaries merged (:func:`merge`).  If the worker processes
+    cannot be started the directory is parsed serially.
+    """
+    if not os.path.exists(path):
+        raise FileNotFoundError("no such file or directory: %s" % path)
+    with no_cyclic_gc():
+        return _summarize_dir(path, world_size, samples, workers)
+
+
+def _summarize_dir(path: str, world_size: Optional[int], samples: int, workers: Optional[int]) -> dict:
+    files = list_files(path)
+    n = workers_for(len(files), workers)
+    if n > 1 and (not hasattr(os, "fork") or _other_threads()):
+        n = 1  # workers are forked: never from a process with other threads (their locks)
+    parts: List[dict] = []
+    if n > 1:
+        c, buckets = split_by_rank(path, files, n)
+        if len(buckets) > 1:
+            try:
+                import concurrent.futures
+                import multiprocessing
+
+                ctx = multiprocessing.get_context("fork")
+                with concurrent.futures.ProcessPoolExecutor(len(buckets), mp_context=ctx) as ex:
+                    parts = list(ex.map(_summarize_files, [(path, b, world_size, samples) for b in buckets]))
+            except Exception as e:  # no processes here (limits, sandbox): do it in this one
+                c.warnings.append("parallel parse unavailable (%s: %s); parsed serially" % (
+                    e.__class__.__name__, e))
+                parts = [_summarize_files((path, b, world_size, samples)) for b in buckets]
+        elif buckets:
+            parts = [_summarize_files((path, buckets[0], world_size, samples))]
+    else:
+        c = read_dir(path, files)
+    own = _summarize_contents(c, world_size, samples)
+    if parts:
+        return merge(own, *parts, *c.summaries)
+    if c.summaries:
+        return merge(own, *c.summaries) if (c.logs or c.unwatched or c.tracebacks or c.heartbeats) else merge(
+            *c.summaries)
+    return own
+

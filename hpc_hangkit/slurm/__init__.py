@@ -1,0 +1,1 @@
+"""Everything that talks to Slurm: commands, the batch-step monitor, admin, the epilog."""

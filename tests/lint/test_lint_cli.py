@@ -1,0 +1,143 @@
+"""`hpc-hangkit lint`: exit statuses, formats (SARIF validated against the 2.1.0 schema),
+pyproject settings, the handed hang scenarios."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import jsonschema
+import pytest
+
+from testlib import FIXTURES, REPO, TESTS
+
+SARIF_SCHEMA = os.path.join(FIXTURES, "sarif", "sarif-schema-2.1.0.json")
+SCENARIOS = os.path.join(TESTS, "scenarios")
+
+
+def lint(*args, cwd=None):
+    env = dict(os.environ, PYTHONPATH=REPO)
+    return subprocess.run([sys.executable, "-m", "hpc_hangkit", "lint", *args], cwd=cwd or REPO, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def mark_line(path, tag):
+    with open(path) as f:
+        return next(i for i, text in enumerate(f, 1) if "MARK: " + tag in text)
+
+
+def line_of(path, text):
+    with open(path) as f:
+        return next(i for i, line in enumerate(f, 1) if text in line)
+
+
+WRONG = """
+import torch.distributed as dist
+
+def evaluate(model):
+    if dist.get_rank() == 0:
+        dist.barrier()
+"""
+
+
+def test_exit_1_with_sarif_that_validates(tmp_path):
+    (tmp_path / "prog.py").write_text(WRONG)
+    (tmp_path / "bad.py").write_text("def f(:\n")
+    r = lint("--format", "sarif", str(tmp_path))
+    assert r.returncode == 1, r.stderr
+    doc = json.loads(r.stdout)
+    with open(SARIF_SCHEMA) as f:
+        schema = json.load(f)
+    jsonschema.Draft4Validator(schema).validate(doc)
+    (res,) = doc["runs"][0]["results"]
+    assert res["ruleId"] == "HK101" and res["level"] == "error"
+    assert res["locations"][0]["physicalLocation"]["region"]["startLine"] == 6
+    assert res["relatedLocations"][0]["physicalLocation"]["region"]["startLine"] == 5
+    notes = doc["runs"][0]["invocations"][0]["toolExecutionNotifications"]
+    assert len(notes) == 1 and "bad.py" in notes[0]["message"]["text"]
+    assert "bad.py: cannot check: SyntaxError" in r.stderr
+
+
+def test_exit_0_when_clean_and_text_format(tmp_path):
+    (tmp_path / "prog.py").write_text("import torch.distributed as dist\ndist.barrier()\n")
+    r = lint(str(tmp_path))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout == "0 findings in 1 file (2 lines)\n"
+
+
+def test_text_and_json_name_both_lines(tmp_path):
+    p = tmp_path / "prog.py"
+    p.write_text(WRONG)
+    r = lint(str(p))
+    assert r.returncode == 1
+    assert r.stdout.splitlines()[0] == (
+        "%s:6:9: HK101 barrier is reached only on ranks where the rank-dependent condition is true "
+        "(line 5: `if dist.get_rank() == 0:`)" % p)
+    doc = json.loads(lint("--format", "json", str(p)).stdout)
+    assert doc["findings"][0]["related"] == {"line": 5, "text": "if dist.get_rank() == 0:"}
+    assert doc["findings"][0]["severity"] == "error"
+
+
+@pytest.mark.parametrize("args", [["--select", "HK999"], ["--format", "xml"], ["/nonexistent/x.py"]])
+def test_exit_2_on_bad_usage(args):
+    r = lint(*args)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "Error" in r.stderr
+
+
+def test_select_ignore_and_pyproject(tmp_path):
+    (tmp_path / "prog.py").write_text(WRONG + textwrap.dedent("""
+        import os
+        def resume(p, t):
+            if os.path.exists(p):
+                dist.broadcast(t, 0)
+        def sync(t):
+            my_sync(t)
+        def guarded(t):
+            if dist.get_rank() == 1:
+                my_sync(t)
+        """))
+    codes = lambda r: sorted(line.split()[1] for line in r.stdout.splitlines()[:-1])  # noqa: E731
+    assert codes(lint(str(tmp_path))) == ["HK101", "HK201"]
+    assert codes(lint("--select", "HK2", str(tmp_path))) == ["HK201"]
+    assert codes(lint("--ignore", "HK201", str(tmp_path))) == ["HK101"]
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.hpc-hangkit.lint]\nignore = ["HK2"]\ncollectives = ["my_sync"]\n')
+    assert codes(lint(".", cwd=str(tmp_path))) == ["HK101", "HK101"]
+    (tmp_path / "vendored").mkdir()
+    (tmp_path / "vendored" / "other.py").write_text(WRONG)
+    assert codes(lint(".", cwd=str(tmp_path))) == ["HK101", "HK101", "HK101"]
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.hpc-hangkit.lint]\nignore = ["HK2"]\ncollectives = ["my_sync"]\nexclude = ["vendored/*"]\n')
+    assert codes(lint(".", cwd=str(tmp_path))) == ["HK101", "HK101"]
+    (tmp_path / "pyproject.toml").write_text('[tool.hpc-hangkit.lint]\nignores = ["HK2"]\n')
+    r = lint(".", cwd=str(tmp_path))
+    assert r.returncode == 2 and "unknown key 'ignores'" in r.stderr
+
+
+def test_handed_scenarios_flag_the_branch_lines():
+    r = lint("--format", "json", SCENARIOS)
+    got = {(os.path.basename(f["path"]), f["code"], f["line"], f["related"]["line"])
+           for f in json.loads(r.stdout)["findings"]}
+    s3 = os.path.join(SCENARIOS, "scenario3_inner_barrier.py")
+    s4 = os.path.join(SCENARIOS, "scenario4_uneven_data.py")
+    s7 = os.path.join(SCENARIOS, "scenario7_alive_but_stuck.py")
+    assert got == {
+        # the inner barrier under `if rank == 0 and epoch == 1`
+        ("scenario3_inner_barrier.py", "HK101", mark_line(s3, "inner-barrier"),
+         line_of(s3, "if rank == 0 and epoch == 1:")),
+        # step() (all_reduce) once per batch, and the batch count comes from the rank
+        ("scenario4_uneven_data.py", "HK105", line_of(s4, "        step(batch)"),
+         line_of(s4, "for batch in range(batches_for(rank)):")),
+        # rank 1 calls a function that never returns, then the others' all_reduce
+        ("scenario7_alive_but_stuck.py", "HK102", mark_line(s7, "train-allreduce"),
+         line_of(s7, "if rank == 1 and step == 5:")),
+    }, got
+
+
+def test_examples_flag_the_skipped_sync():
+    r = lint(os.path.join(REPO, "examples"))
+    lines = r.stdout.splitlines()[:-1]
+    assert r.returncode == 1
+    assert sorted(os.path.basename(line.split(":")[0]) + " " + line.split()[1] for line in lines) == [
+        "gloo_divergent.py HK101", "mpi_divergent.py HK101"]

@@ -1,0 +1,97 @@
+"""The batch monitor's probe of another node samples that node's quiet ranks first
+(``slurm-probe --sample-signal``), so remote ranks get a fresh stack at every probe, as the
+monitor's own node does at every poll, not only once per watchdog period.
+
+Real armed ranks on this host stand for the other node (watchdog period 600 s: any dump
+in their logs within the test came from the probe's request); the probe runs in-process.
+"""
+import io
+import os
+
+import pytest
+
+from testlib import inprocess_probe, start_two_ranks, wait_for
+
+from hpc_hangkit import layout
+from hpc_hangkit.parse.faulthandler import parse_faulthandler
+from hpc_hangkit.parse.heartbeat import read_heartbeats
+from hpc_hangkit.slurm import batch
+
+def dumps(scratch, pid):
+    d = os.path.join(scratch, layout.WATCHDOG_DIR)
+    logs = [os.path.join(d, rf.name) for rf in layout.list_rank_files(d, ext="log") if rf.pid == pid]
+    return sum(len(parse_faulthandler(open(p, "rb").read(), p).samples) for p in logs)
+
+
+@pytest.mark.timeout(60)
+def test_probe_samples_quiet_ranks_and_leaves_moving_ones_alone(spawn, tmp_path):
+    scratch, procs, settings = start_two_ranks(spawn, tmp_path, 600.0)
+    hb = os.path.join(scratch, layout.HEARTBEAT_DIR)
+    wait_for(lambda: all(h.age_s() >= 0.5 for h in read_heartbeats(hb) if h.rank == 0), 10,
+             what="rank 0 quiet for 0.5 s")
+    assert dumps(scratch, procs[0].pid) == 0  # the watchdog's own period is far away
+
+    buf = io.StringIO()
+    assert batch.probe_main(scratch, out=buf, sample_signal=settings.watchdog_signal, quiet_s=0.5) == 0
+    files = batch.probe_files(buf.getvalue())
+    # the answer already holds the quiet rank's fresh dump: it was asked for before the files were read
+    wd = [rel for rel in files if rel.startswith(layout.WATCHDOG_DIR + "/rank_0.")]
+    assert wd and b"vanish_job.py" in files[wd[0]]["data"], (wd, files.keys())
+    assert dumps(scratch, procs[0].pid) == 1
+    # the computing rank checks in all the time: not quiet, not signalled
+    assert dumps(scratch, procs[1].pid) == 0
+
+    # without a signal the probe only reads
+    batch.probe_main(scratch, out=io.StringIO())
+    assert dumps(scratch, procs[0].pid) == 1
+
+
+@pytest.mark.timeout(90)
+def test_an_answer_after_a_long_gap_is_a_baseline_not_progress(spawn, tmp_path):
+    """A probe runs only on suspicion, so an answer can come long after the previous one: what
+    the other node's ranks did in that gap (here rank 1 checks in all the time) is not progress
+    "since the previous poll". Answers that follow each other count again."""
+    import time
+    remote, _, _ = start_two_ranks(spawn, tmp_path, 0.5)
+    probe = inprocess_probe(remote)
+
+    local = tmp_path / "local"
+    local.mkdir()
+    poll_s = 0.5
+    src = batch.SlurmStackSource(str(local), batch.View(str(tmp_path / "view")), ["hk2"], probe=probe,
+                                 idle_probe_s=0.0, world_size=2, host="monitor-node", poll_interval_s=poll_s)
+    src.min_probe_interval_s = 1e9  # the test starts every probe itself
+    src.poll(0.0)  # the first poll starts the first probe
+    src.background.wait(30)
+    t = [0.0]
+
+    def answer():
+        """Probe now, wait for it, poll: the ranks that progressed."""
+        assert src.background.start(["hk2"])
+        src.background.wait(30)
+        t[0] += poll_s
+        got = src.poll(t[0]).get("stacks")
+        return dict(got[1].progressed) if got else {}
+
+    answer()
+    answer()  # both ranks known now
+    assert 1 in answer()  # a prompt answer: rank 1's check-ins since the previous one are progress
+    time.sleep(8 * poll_s)  # the gap a probe on suspicion leaves (what is measured is this gap)
+    assert 1 not in answer(), "an answer after a gap is a new baseline"
+    assert 1 in answer()  # and the next prompt one counts again
+
+
+@pytest.mark.timeout(60)
+def test_batch_monitor_samples_its_own_ranks_through_their_watchdog_thread(spawn, tmp_path):
+    """The batch monitor polls a copy of its node's scratch (the view): the on-demand samples it
+    asks its own ranks for must be awaited in the logs the ranks write, not in the copy, where
+    they never show: that wait timed out every poll and escalated to a C-level faulthandler
+    dump (a crash risk for a running rank, and a second wasted second per poll)."""
+    scratch, procs, _ = start_two_ranks(spawn, tmp_path, 600.0)
+    src = batch.SlurmStackSource(scratch, batch.View(str(tmp_path / "view")), [], world_size=2)
+    outcomes = []
+    for t in range(4):
+        src.poll(float(t))
+        outcomes.append(dict(src.inner.sample_outcomes))
+    # rank 0 is quiet (sampled every poll after the first); rank 1 checks in (never sampled)
+    assert all(o == {procs[0].pid: "thread"} for o in outcomes[1:]), outcomes
