@@ -72,8 +72,8 @@ def slurm_version() -> Optional[str]:
         if not exe:
             continue
         try:
-            out = subprocess.run([exe] + cmd[1:], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                 timeout=20).stdout.decode()
+            out = subprocess.run([exe] + cmd[1:], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, timeout=20).stdout.decode()
         except (OSError, subprocess.TimeoutExpired):
             continue
         m = re.search(r"(\d+\.\d+\.\d+)", out)
@@ -100,7 +100,8 @@ def build_spank(out: Optional[str] = None, include: Optional[str] = None) -> str
         if not shutil.which(tool):
             raise AdminError("%s not found: apt-get install %s" % (tool, tool))
     p = subprocess.run(["make", "-B", "-C", os.path.join(src, "spank"), "SLURM_INCLUDE=" + inc],
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300)
+                       stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       timeout=300)
     built = os.path.join(src, "spank", PLUGIN)
     if p.returncode != 0 or not os.path.isfile(built):
         raise AdminError("building the SPANK plugin failed:\n" + p.stdout.decode(errors="replace")[-3000:])

@@ -42,6 +42,9 @@
 #   HK_INSTALL=1                apt-get install missing packages (0: fail instead)
 #   HK_WAIT=90                  seconds to wait for the nodes
 set -euo pipefail
+# a closed standard input (some CI runners) is taken by the first file a daemon or srun
+# opens, and task launch then fails: give everything started from here /dev/null
+[ -e /proc/$$/fd/0 ] || exec </dev/null
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
