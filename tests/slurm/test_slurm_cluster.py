@@ -717,7 +717,7 @@ def test_two_users_one_node_each_monitor_queries_only_its_own_jobs_ras(jobs):
     for user, j in ids.items():
         hist = os.path.join(STORAGE, j, "attempt_0", "hang_detector", "nccl_ras")
         files = wait_for(lambda: sorted(f for f in os.listdir(hist) if f.endswith(".json"))
-                         if os.path.isdir(hist) else None, 60, "job %s's RAS history in storage" % j)
+                         if os.path.isdir(hist) else None, 60, what="job %s's RAS history in storage" % j)
         for f in files:
             got = sorted(c["hash"] if isinstance(c, dict) and "hash" in c else c
                          for c in _ras_comm_keys(os.path.join(hist, f)))
