@@ -176,7 +176,7 @@ LAUNCHER_BOOM = ("[rank1]: Traceback (most recent call last):\n"
 #: a real fatal-error dump (CPython 3.11, a segfault in ctypes), appended to a rank's watchdog log
 FATAL_DUMP = ("Fatal Python error: Segmentation fault\n\n"
               "Current thread 0x00007f85c0840b80 (most recent call first):\n"
-              '  File "/root/.pyenv/versions/3.11.7/lib/python3.11/ctypes/__init__.py", line 519 in string_at\n'
+              '  File "/usr/lib/python3.11/ctypes/__init__.py", line 519 in string_at\n'
               '  File "/job/train.py", line 6 in load_shard\n'
               '  File "/job/train.py", line 7 in <module>\n')
 
