@@ -17,8 +17,7 @@
 # environment is made at $HK_VENV (default /opt/hpc-hangkit-test, tools/venv.sh,
 # installing python3-venv if missing) and everything is installed there.
 set -euo pipefail
-# a closed standard input (some CI runners) is taken by the first file a daemon or srun
-# opens, and task launch then fails: give everything started from here /dev/null
+# closed stdin: as in slurm/testbed/up.sh, for pytest and the sruns its tests start
 [ -e /proc/$$/fd/0 ] || exec </dev/null
 cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
