@@ -25,7 +25,14 @@ import re
 import sys
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
-__all__ = ["Frame", "Thread", "Sample", "ParsedLog", "frame", "clear_intern", "is_library_path"]
+__all__ = ["Frame", "Thread", "Sample", "ParsedLog", "frame", "clear_intern", "is_library_path", "basename"]
+
+
+def basename(path: str) -> str:
+    """The last component of a path written with ``/`` or ``\\`` (dumps may come from either)."""
+    i = max(path.rfind("/"), path.rfind("\\"))
+    return path[i + 1:] if i >= 0 else path
+
 
 #: top-level packages of library code, for py-spy's relative paths
 _LIB_TOPS = frozenset(("torch", "mpi4py", "numpy", "scipy", "hpc_hangkit", "gloo", "nccl",

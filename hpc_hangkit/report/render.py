@@ -7,7 +7,7 @@ import json
 from typing import Dict, List, Optional, Tuple
 
 from hpc_hangkit.ranges import format_ranks, ranks_label
-from hpc_hangkit.report.prose import short_where, split_at
+from hpc_hangkit.rollcall.prose import short_where, split_at
 from hpc_hangkit.rollcall import Report
 
 __all__ = ["render_text", "render_json", "render_tree", "render_svg", "build_tree", "tree_dict"]

@@ -8,7 +8,7 @@ Pipeline (each step a public function, data flowing one way; modules in brackets
         -> summarize_node()    compact JSON-able node summary (positions -> rank sets)  [nodes]
         -> merge()             associative + commutative merge of node summaries  [nodes]
         -> build_report()      groups, verdict, suspects -> :class:`Report`  [verdict]
-                               (its sentences: hpc_hangkit.report.prose)
+                               (its sentences: hpc_hangkit.rollcall.prose)
         -> add_sections()      Flight Recorder / NCCL RAS sections  [sections]
 
 :func:`report_from_dir` does all of it for a directory holding any mix of

@@ -24,8 +24,7 @@ from typing import List, Optional, Sequence
 from hpc_hangkit.lint.calls import Project
 from hpc_hangkit.lint.model import enclosing_chain, functions_of, load_module
 from hpc_hangkit.lint.taint import Taint
-from hpc_hangkit.parse.model import Frame
-from hpc_hangkit.report.prose import basename
+from hpc_hangkit.parse.model import Frame, basename
 from hpc_hangkit.rollcall.frames import is_library_frame
 
 __all__ = ["SPLIT_VERDICTS", "KINDS", "MAX_SOURCE_BYTES", "read_source", "find_branch", "find_enclosing",

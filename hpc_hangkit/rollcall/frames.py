@@ -21,8 +21,7 @@ import re
 import sys
 from typing import List, Optional, Sequence, Tuple
 
-from hpc_hangkit.parse.model import Frame, Sample, Thread, frame, is_library_path
-from hpc_hangkit.report.prose import basename
+from hpc_hangkit.parse.model import Frame, Sample, Thread, basename, frame, is_library_path
 
 __all__ = ["is_library_frame", "user_frame", "user_api", "position_key", "inside_api", "collective_of", "main_thread", "is_startup", "canon",
            "key_of", "chain_id", "frames_json", "frames_from_json", "chain_rank", "better_frames",

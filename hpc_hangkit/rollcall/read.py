@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 from hpc_hangkit import layout
-from hpc_hangkit.parse.model import ParsedLog
-from hpc_hangkit.report.prose import basename, vanished_error
+from hpc_hangkit.parse.model import ParsedLog, basename
 from hpc_hangkit.rollcall.facts import SUMMARY_SUFFIX, SUMMARY_VERSION
+from hpc_hangkit.rollcall.prose import vanished_error
 
 __all__ = ["DirContents", "rank_from_name", "list_files", "read_dir", "in_capture_tree"]
 
@@ -97,7 +97,7 @@ def exit_record(data: bytes):
 def vanished_record(data: bytes):
     """The monitor's vanished record (``vanished/rank_<r>.pid<p>.txt``, docs/internals.md
     "Vanished record") as a :class:`hpc_hangkit.parse.traceback.Traceback` with no frames and
-    ``error`` :func:`hpc_hangkit.report.prose.vanished_error` of its pid. None if the line is
+    ``error`` :func:`hpc_hangkit.rollcall.prose.vanished_error` of its pid. None if the line is
     not one (no prefix, no integer pid)."""
     from hpc_hangkit.parse.traceback import Traceback
 

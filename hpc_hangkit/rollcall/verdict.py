@@ -3,7 +3,7 @@
 :func:`build_report` turns a (merged) node summary into a :class:`Report`. The
 classification (:func:`classify`) returns a structured :class:`Verdict`: the kind
 (one of :data:`VERDICTS`), which sentence says it (``case``) and the ranks, groups and
-facts that sentence names; :func:`hpc_hangkit.report.prose.explain` writes the
+facts that sentence names; :func:`hpc_hangkit.rollcall.prose.explain` writes the
 sentence. Verdicts: docs/report.md.
 """
 import json
@@ -13,11 +13,11 @@ from typing import Dict, List, Optional, Tuple
 
 from hpc_hangkit.parse.model import Frame
 from hpc_hangkit.ranges import format_ranks, ranks_label
-from hpc_hangkit.report.prose import VANISHED_START, explain
 from hpc_hangkit.rollcall.facts import RankFacts
 from hpc_hangkit.rollcall.frames import (chain_rank, frames_from_json, inside_api, key_of, position_key, user_api,
                                          user_frame)
 from hpc_hangkit.rollcall.nodes import no_cyclic_gc, unpack
+from hpc_hangkit.rollcall.prose import VANISHED_START, explain
 
 __all__ = ["VERDICTS", "ROLES", "SILENT_MIN_S", "Group", "Report", "Verdict", "build_report", "classify",
            "apply_timing", "short_error", "creation_args"]
@@ -177,7 +177,7 @@ class Report:
 
 @dataclass
 class Verdict:
-    """The classifier's decision, for :func:`hpc_hangkit.report.prose.explain` to put in words.
+    """The classifier's decision, for :func:`hpc_hangkit.rollcall.prose.explain` to put in words.
 
     ``kind``: one of :data:`VERDICTS`; ``case``: which sentence says it (the keys of
     ``prose._CASES``); ``suspects``: the ranks named; ``groups``: the report's groups in
@@ -233,7 +233,7 @@ def _world_and_missing(world, facts, unwatched):
 def build_report(summary: dict, *, depth: Optional[int] = None, world_size: Optional[int] = None,
                  now: Optional[float] = None) -> Report:
     """Turn a (merged) node summary into a :class:`Report`: groups, verdict, suspects, and
-    the verdict's sentence (``reason``, ``why``: :func:`hpc_hangkit.report.prose.explain`).
+    the verdict's sentence (``reason``, ``why``: :func:`hpc_hangkit.rollcall.prose.explain`).
 
     ``depth``: group by the innermost ``depth`` frames of the call chain (None:
     the whole chain). ``world_size`` overrides the world size from the headers.

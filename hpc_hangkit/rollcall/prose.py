@@ -4,22 +4,16 @@ The classifier (:mod:`hpc_hangkit.rollcall.verdict`) decides a verdict and retur
 structured (kind, sentence case, the ranks, groups and facts the sentence names);
 :func:`explain` writes the ``reason`` (the ``=>`` sentence of the text report, the
 ``summary`` of report.json) and the ``why`` of an INCONCLUSIVE / NO_HANG verdict.
-The roll call calls it, so this module imports nothing of hpc_hangkit.rollcall.
+The classifier calls it, so this module imports no other module of hpc_hangkit.rollcall.
 """
 import json
 from typing import List, Optional, Tuple
 
-from hpc_hangkit.parse.model import Frame
+from hpc_hangkit.parse.model import Frame, basename
 from hpc_hangkit.ranges import format_ranks, ranks_label
 
-__all__ = ["basename", "short_where", "where", "join", "explain", "split_at", "vanished_error",
+__all__ = ["short_where", "where", "join", "explain", "split_at", "vanished_error",
            "VANISHED_START"]
-
-
-def basename(path: str) -> str:
-    """The last component of a path written with ``/`` or ``\\`` (dumps may come from either)."""
-    i = max(path.rfind("/"), path.rfind("\\"))
-    return path[i + 1:] if i >= 0 else path
 
 
 def short_where(f: Frame) -> str:
