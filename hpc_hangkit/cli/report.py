@@ -16,6 +16,10 @@ from hpc_hangkit.cli._paths import output_option, write_output
 @click.option("--svg", "svg_path", type=click.Path(dir_okay=False), default=None, metavar="FILE",
               callback=output_option("file", make_parents=False),
               help="Write the call-prefix tree as an SVG picture to FILE.")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              callback=output_option("file", make_parents=False),
+              help="Write the roll call as one self-contained HTML page to FILE (no network; "
+              "links to PATH's files by relative path).")
 @click.option("--samples", type=click.IntRange(min=1), default=None, metavar="K",
               help="How many of each rank's newest samples decide its position (default: stack_samples, 5).")
 @click.option("--world-size", type=click.IntRange(min=1), default=None, metavar="N",
@@ -23,7 +27,7 @@ from hpc_hangkit.cli._paths import output_option, write_output
 @click.option("--summary-out", type=click.Path(dir_okay=False), default=None, metavar="FILE",
               callback=output_option("file", make_parents=False),
               help="Also write the node summary of PATH (FILE should end in .summary.json) for a later merge.")
-def report_cmd(path, as_json, depth, tree, svg_path, samples, world_size, summary_out):
+def report_cmd(path, as_json, depth, tree, svg_path, html_path, samples, world_size, summary_out):
     """Roll call over PATH: which ranks wait where, and which went the other way.
 
     \b
@@ -35,7 +39,7 @@ def report_cmd(path, as_json, depth, tree, svg_path, samples, world_size, summar
     \b
     Exit status:
       0  a report was produced (whatever the verdict; it is in the output)
-      1  an output file (--svg, --summary-out) could not be written
+      1  an output file (--svg, --html, --summary-out) could not be written
       2  bad usage: PATH does not exist or holds no dumps at all, or an
          output file's directory is missing or not writable
     """
@@ -57,6 +61,10 @@ def report_cmd(path, as_json, depth, tree, svg_path, samples, world_size, summar
         write_output(summary_out, _json.dumps(summary, separators=(",", ":")), "--summary-out")
     if svg_path:
         write_output(svg_path, render.render_svg(rep), "--svg")
+    if html_path:
+        from hpc_hangkit.report import html
+
+        write_output(html_path, html.render_html(rep, html.gather_evidence(path, html_path, rep)), "--html")
     if as_json:
         click.echo(render.render_json(rep, tree=tree), nl=False)
     else:
@@ -66,4 +74,6 @@ def report_cmd(path, as_json, depth, tree, svg_path, samples, world_size, summar
             click.echo(render.render_tree(rep), nl=False)
         if svg_path:
             click.echo("call-prefix tree picture: %s" % svg_path)
+        if html_path:
+            click.echo("HTML report: %s" % html_path)
     sys.exit(0)

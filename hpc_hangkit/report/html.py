@@ -593,4 +593,5 @@ def render_html(report, evidence: Optional[Evidence] = None, title: Optional[str
                '</section>' % _e("\n".join(text)))
     out.append('</main><script type="application/json" id="hk-data">%s</script>' % _json_script(data))
     out.append("<script>%s</script></body></html>\n" % _JS)
-    return "\n".join(out)
+    # ASCII only (characters as references): the page reads the same whatever encoding writes it
+    return "\n".join(out).encode("ascii", "xmlcharrefreplace").decode("ascii")
