@@ -10,6 +10,7 @@ reaches a collective through any chain of resolved calls, and every function who
 return value is rank-dependent. Stdlib only.
 """
 import ast
+import os
 
 from hpc_hangkit.lint import collectives as C
 from hpc_hangkit.lint.model import FuncFacts, dotted, functions_of, qualify, walk_local
@@ -20,43 +21,86 @@ __all__ = ["Project", "call_ref"]
 
 def call_ref(mod, cls, scope, call):
     """A hashable reference to the callee of ``call`` in function ``scope`` (qualname) of
-    module ``mod``, or None when it cannot name one: ``("q", qualified)`` or
-    ``("self", module, class, method)``."""
+    module ``mod``, or None when it cannot name one: ``("q", qualified, module key)``,
+    ``("self", module key, class, method)`` (also ``Class.method(self, ...)`` of a class of the
+    module), ``("super", module key, class, method)`` (``super().method()``) or
+    ``("local", module key, name, nested, sibling)``."""
     f = call.func
     parts = dotted(f)
     if not parts:
+        if cls and isinstance(f, ast.Attribute) and isinstance(f.value, ast.Call) and \
+                isinstance(f.value.func, ast.Name) and f.value.func.id == "super":
+            return ("super", mod.key, cls, f.attr)
         return None
     if parts[0] == "self" and len(parts) == 2 and cls:
-        return ("self", mod.name, cls, parts[1])
+        return ("self", mod.key, cls, parts[1])
     q = qualify(mod, parts)
     if q is not None:
-        return ("q", q)
+        return ("q", q, mod.key)
     if len(parts) == 1:
         inner = scope.rsplit(".", 1)[0] + "." if "." in scope else ""
-        return ("local", mod.name, parts[0], (scope + "." + parts[0]) if scope != "<module>" else None,
+        return ("local", mod.key, parts[0], (scope + "." + parts[0]) if scope != "<module>" else None,
                 (inner + parts[0]) if inner else None)
+    if len(parts) == 2 and parts[0] in mod.bases:
+        return ("cls", mod.key, parts[0], parts[1])
     return None
 
 
+def _closeness(a, b):
+    """How many leading path components two module keys share (more: closer)."""
+    n = 0
+    for x, y in zip(a.split(os.sep), b.split(os.sep)):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
 class Project:
-    """The scanned tree: modules by dotted name, functions by qualified name."""
+    """The scanned tree: modules by path (``ModuleFacts.key``), found by dotted name.
+
+    Two files of one dotted name (two ``train.py`` scripts without ``__init__.py``) are both
+    kept; an import of that name resolves to the one nearest the importing file (same
+    directory first), so the result does not depend on the order the files were given in.
+    A file is also found by the dotted names of its trailing path components
+    (``src/pkg/context.py`` as ``pkg.context``: namespace packages, ``src`` layouts), after
+    its own name."""
 
     def __init__(self):
         self.modules = {}
         self.funcs = {}
+        self._names = {}
+        self._aliases = {}
         self._cache = {}
+        self._canon = {}
 
     # ------------------------------------------------------------ building
     def add(self, mod):
         """Index ``mod`` (a :class:`~hpc_hangkit.lint.model.ModuleFacts` with its tree) and
         compute its functions' facts (calls, direct collectives, return levels, ``self``
-        attribute levels). The tree stays on ``mod``; drop it with ``mod.tree = None``."""
-        self.modules[mod.name] = mod
+        attribute levels). The tree stays on ``mod``; drop it with ``mod.tree = None``.
+        Adding a module of an already indexed path replaces it."""
+        old = self.modules.get(mod.key)
+        if old is not None:
+            self._names[old.name].remove(old)
+            for ff in old.funcs.values():
+                self.funcs.pop((old.key, ff.qualname), None)
+        self.modules[mod.key] = mod
+        self._names.setdefault(mod.name, []).append(mod)
+        comps = mod.key[:-3].split(os.sep) if mod.key.endswith(".py") else mod.key.split(os.sep)
+        if comps[-1] == "__init__":
+            comps = comps[:-1]
+        for k in range(1, min(5, len(comps))):
+            alias = ".".join(comps[-k:])
+            if alias != mod.name:
+                self._aliases.setdefault(alias, []).append(mod)
+        self._cache = {}
+        self._canon = {}
         fns = []
         for qual, cls, node in functions_of(mod.tree):
-            ff = FuncFacts(mod.name, qual, cls, getattr(node, "lineno", 1), node)
+            ff = FuncFacts(mod.key, qual, cls, getattr(node, "lineno", 1), node, mod.path)
             mod.funcs[qual] = ff
-            self.funcs[mod.name + "." + qual] = ff
+            self.funcs[(mod.key, qual)] = ff
             fns.append(ff)
         for ff in fns:
             self._facts(mod, ff)
@@ -68,8 +112,11 @@ class Project:
             if d and (".".join(d) in C.MARK_DECORATORS or (qualify(mod, d) or "") in C.MARK_DECORATORS
                       or (d[-1] == "collective" and (qualify(mod, d) or "").startswith("hpc_hangkit"))):
                 ff.marked = True
+        if C.configured_method(mod.name, ff.qualname):
+            ff.marked = True
         # no rank source anywhere in the module: nothing here can return one by itself
-        taint = Taint(node, mod, ff.cls, self) if mod.rankish else None
+        taint = Taint(node, mod, ff.cls, None) if mod.rankish else None
+        params = set(ff.params)
         rets = []
         has_return = False
         local = mod.local.get(id(node))
@@ -77,25 +124,45 @@ class Project:
             if isinstance(n, ast.Call):
                 kind, name = call_kind(mod, n)
                 if kind == "collective":
-                    if ff.direct is None:
-                        ff.direct = name
+                    if ff.direct is None or n.lineno < ff.direct_line:
+                        ff.direct, ff.direct_line = name, n.lineno
                 else:
                     if kind == "p2p":
                         mod.has_p2p = True
                     ref = call_ref(mod, ff.cls, ff.qualname, n)
                     if ref is not None:
-                        ff.calls.append(ref)
+                        ff.calls.append((ref, n.lineno))
+                        if taint is not None and (n.args or n.keywords):
+                            lv = {i: taint.level(a) for i, a in enumerate(n.args)
+                                  if not isinstance(a, ast.Starred)}
+                            lv.update((k.arg, taint.level(k.value)) for k in n.keywords if k.arg)
+                            lv = {k: v for k, v in lv.items() if v}
+                            if lv:
+                                ff.arg_calls.append((ref, lv))
             elif isinstance(n, ast.Return) and n.value is not None:
                 has_return = True
                 rets.append(n.value)
             elif isinstance(n, ast.Return):
                 has_return = True
-            elif isinstance(n, ast.Assign) and ff.cls and taint is not None:
+            elif isinstance(n, ast.Assign) and ff.cls:
                 for t in n.targets:
-                    if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
-                        lv = taint.level(n.value)
-                        if lv > mod.attr_levels.get((ff.cls, t.attr), 0):
-                            mod.attr_levels[(ff.cls, t.attr)] = lv
+                    key = _self_attr(t)
+                    if key is None:
+                        continue
+                    if taint is not None:
+                        lv = max(taint.level(n.value), taint.guard_level(n))
+                        if lv > mod.attr_levels.get((ff.cls, key), 0):
+                            mod.attr_levels[(ff.cls, key)] = lv
+                    used = set()
+                    for x in ast.walk(n.value):
+                        if isinstance(x, ast.Name) and x.id in params:
+                            used.add(x.id)
+                        elif isinstance(x, ast.Call):
+                            ref = call_ref(mod, ff.cls, ff.qualname, x)
+                            if ref is not None:
+                                used.add(ref)
+                    if used:
+                        ff.attr_params.setdefault((ff.cls, key), set()).update(used)
         for r in rets:
             if taint is not None:
                 ff.ret_level = max(ff.ret_level, taint.level(r))
@@ -108,8 +175,20 @@ class Project:
             ff.noreturn = any(_endless(n) for n in node.body)
         if ff.marked and ff.direct is None:
             ff.direct = ff.qualname.rsplit(".", 1)[-1] + "()"
+            ff.direct_line = ff.line
 
     # ------------------------------------------------------------ resolution
+    def module_named(self, name, origin=None):
+        """The module of dotted ``name`` nearest module key ``origin`` (same directory first;
+        ties by path), or None. Own dotted names win over path-suffix aliases."""
+        for table in (self._names, self._aliases):
+            cands = table.get(name)
+            if cands:
+                if len(cands) == 1 or origin is None:
+                    return min(cands, key=lambda m: m.key)
+                return min(cands, key=lambda m: (-_closeness(m.key, origin), m.key))
+        return None
+
     def resolve(self, ref):
         """The :class:`FuncFacts` a :func:`call_ref` names, or None."""
         if ref is None:
@@ -118,97 +197,194 @@ class Project:
         if hit is not False:
             return hit
         out = None
-        if ref[0] == "self":
+        if ref[0] in ("self", "cls"):
             out = self._method(ref[1], ref[2], ref[3], 0)
+        elif ref[0] == "super":
+            out = self._method(ref[1], ref[2], ref[3], 0, skip_own=True)
         elif ref[0] == "local":
-            _, modname, name, nested, sibling = ref
-            for q in (nested, sibling, name):
-                if q and (modname + "." + q) in self.funcs:
-                    out = self.funcs[modname + "." + q]
-                    break
+            _, key, name, nested, sibling = ref
+            mod = self.modules.get(key)
+            if mod is not None:
+                for q in (nested, sibling, name):
+                    if q and q in mod.funcs:
+                        out = mod.funcs[q]
+                        break
+                else:
+                    for star in mod.stars:
+                        out = self._qualified(star + "." + name, key, 1)
+                        if out is not None:
+                            break
         else:
-            out = self._qualified(ref[1], 0)
+            out = self._qualified(ref[1], ref[2], 0)
         self._cache[ref] = out
         return out
 
-    def _method(self, modname, cls, meth, depth):
-        ff = self.funcs.get("%s.%s.%s" % (modname, cls, meth))
+    def _method(self, key, cls, meth, depth, skip_own=False):
+        mod = self.modules.get(key)
+        if mod is None:
+            return None
+        ff = None if skip_own else mod.funcs.get(cls + "." + meth)
         if ff is not None or depth > 4:
             return ff
-        mod = self.modules.get(modname)
-        for base in (mod.bases.get(cls, ()) if mod else ()):
+        for base in mod.bases.get(cls, ()):
             parts = base.split(".")
-            q = qualify(mod, parts)
-            if q is None and len(parts) == 1 and base in mod.bases:
-                q = modname + "." + base
-            if q is None:
-                continue
-            bmod, _, bcls = q.rpartition(".")
-            bmod = self._real_class_module(bmod, bcls)
-            if bmod is not None:
-                hit = self._method(bmod, bcls, meth, depth + 1)
-                if hit is not None:
-                    return hit
+            if len(parts) == 1 and base in mod.bases and base not in mod.imports:
+                hit = self._method(key, base, meth, depth + 1)
+            else:
+                q = qualify(mod, parts)
+                if q is None:
+                    continue
+                bmodname, _, bcls = q.rpartition(".")
+                bmod = self._real_class_module(bmodname, bcls, key)
+                hit = self._method(bmod.key, bcls, meth, depth + 1) if bmod is not None else None
+            if hit is not None:
+                return hit
         return None
 
-    def _real_class_module(self, modname, cls):
+    def _real_class_module(self, modname, cls, origin):
         for _ in range(4):
-            mod = self.modules.get(modname)
+            mod = self.module_named(modname, origin)
             if mod is None:
                 return None
             if cls in mod.bases:
-                return modname
+                return mod
             q = mod.imports.get(cls)
             if not q:
                 return None
+            origin = mod.key
             modname, _, cls2 = q.rpartition(".")
             if cls2 != cls:
                 return None
         return None
 
-    def _qualified(self, q, depth):
-        if q in self.funcs:
-            return self.funcs[q]
-        if depth > 4:
-            return None
+    def _split(self, q, origin):
+        """``(module, rest)`` for the longest leading part of dotted ``q`` that names a tree
+        module (nearest ``origin``), or ``(None, None)``."""
         parts = q.split(".")
-        for i in range(len(parts) - 1, 0, -1):
-            modname = ".".join(parts[:i])
-            mod = self.modules.get(modname)
+        for i in range(len(parts), 0, -1):
+            mod = self.module_named(".".join(parts[:i]), origin)
+            if mod is not None:
+                return mod, parts[i:]
+        return None, None
+
+    def _qualified(self, q, origin, depth):
+        if depth > 5:
+            return None
+        mod, rest = self._split(q, origin)
+        if mod is None or not rest:
+            return None
+        if rest[0] in mod.imports and ".".join(rest) not in mod.funcs:
+            return self._qualified(".".join([mod.imports[rest[0]]] + rest[1:]), mod.key, depth + 1)
+        hit = mod.funcs.get(".".join(rest))
+        if hit is None and len(rest) == 1:
+            for star in mod.stars:
+                hit = self._qualified(star + "." + rest[0], mod.key, depth + 1)
+                if hit is not None:
+                    break
+        if hit is None and len(rest) == 2 and rest[0] in mod.bases:
+            hit = self._method(mod.key, rest[0], rest[1], 0)
+        return hit
+
+    def canonical(self, q, origin):
+        """``(name, in_tree)``: dotted ``q`` (as module ``origin`` imports it) followed through
+        the tree's re-exports (``mypkg.utils.dist.barrier`` -> ``torch.distributed.barrier``
+        when ``mypkg/utils.py`` does ``import torch.distributed as dist``); ``in_tree`` when the
+        name ends at something a tree module defines."""
+        k = (q, origin)
+        hit = self._canon.get(k)
+        if hit is not None:
+            return hit
+        name, in_tree = q, False
+        for _ in range(6):
+            mod, rest = self._split(name, origin)
             if mod is None:
+                break
+            if rest and rest[0] in mod.imports and ".".join(rest) not in mod.funcs:
+                name, origin = ".".join([mod.imports[rest[0]]] + rest[1:]), mod.key
                 continue
-            rest = parts[i:]
-            if rest[0] in mod.imports:
-                return self._qualified(".".join([mod.imports[rest[0]]] + rest[1:]), depth + 1)
-            return self.funcs.get(modname + "." + ".".join(rest))
-        return None
+            in_tree = True
+            break
+        self._canon[k] = (name, in_tree)
+        return name, in_tree
+
+    def classify_q(self, q, origin):
+        """:func:`~hpc_hangkit.lint.collectives.classify_call` of a qualified call that is no
+        tree function: through the tree's re-exports, and for a name from outside the tree by
+        its method name when its receiver is named like a communicator (``from mylib import
+        dist``; ``dist.barrier()``). ``"collective"``, ``"p2p"`` or None."""
+        name, in_tree = self.canonical(q, origin)
+        if in_tree:
+            return C.classify_call(name, name.rsplit(".", 1)[-1], None) if C.is_configured(name) else None
+        method = name.rsplit(".", 1)[-1]
+        kind = C.classify_call(name, method, None)
+        if kind is None and "." in name and not name.startswith(C.COLLECTIVE_MODULES):
+            recv = name.rsplit(".", 2)[-2]
+            kind = C.classify_call(None, method, recv) if C.COMMISH.search(recv) else None
+        return kind
+
+    def call_kind(self, mod, call):
+        """``(kind, name)`` of ``call`` in ``mod`` as :func:`~hpc_hangkit.lint.taint.call_kind`,
+        with the tree's re-exports and the out-of-tree fallback of :meth:`classify_q`."""
+        kind, name = call_kind(mod, call)
+        if kind is not None:
+            return kind, name
+        parts = dotted(call.func)
+        q = qualify(mod, parts) if parts else None
+        if q is None:
+            if parts and len(parts) == 1:
+                ff = self.resolve(call_ref(mod, None, "<module>", call))
+                if ff is None and mod.stars:
+                    for star in mod.stars:
+                        k = self.classify_q(star + "." + parts[0], mod.key)
+                        if k:
+                            return k, name
+            return None, name
+        if self.resolve(("q", q, mod.key)) is not None:
+            return None, name
+        return self.classify_q(q, mod.key), name
 
     # ------------------------------------------------------------ propagation
     def propagate(self):
         """Fixpoints over the resolved call graph: ``witness`` (the collective a function
-        reaches, or None) and ``ret_level`` (a function returning a rank-dependent value)."""
+        reaches, or None, with ``via``: how) and ``ret_level`` (a function returning a
+        rank-dependent value); rank levels handed to parameters (``param_levels``) and from
+        them to ``self`` attributes. The result does not depend on the order of the modules:
+        a function takes, among the callees nearest a collective, the smallest by name."""
         self._cache = {}  # resolutions made while modules were still being added
         callers = {}
         ret_callers = {}
-        work = []
-        for key, ff in self.funcs.items():
+        for ff in self.funcs.values():
             ff.witness = ff.direct
-            if ff.witness:
-                work.append(ff)
-            for ref in ff.calls:
+            ff.via = (ff.direct_line, None) if ff.direct else None
+            ff.param_levels = {}
+            for ref, line in ff.calls:
                 callee = self.resolve(ref)
                 if callee is not None:
-                    callers.setdefault(id(callee), []).append(ff)
+                    callers.setdefault(id(callee), []).append((ff, line))
+                elif ff.witness is None and ref[0] == "q" and self.classify_q(ref[1], ref[2]) == "collective":
+                    ff.direct = ff.witness = ref[1].rsplit(".", 1)[-1]
+                    ff.direct_line = line
+                    ff.via = (line, None)
             for ref in ff.ret_calls:
                 callee = self.resolve(ref)
                 if callee is not None:
                     ret_callers.setdefault(id(callee), []).append(ff)
-        while work:
-            ff = work.pop()
-            for caller in callers.get(id(ff), ()):
-                if caller.witness is None:
-                    caller.witness = ff.witness
-                    work.append(caller)
+        frontier = [ff for ff in self.funcs.values() if ff.witness]
+        while frontier:
+            best = {}
+            for ff in frontier:
+                for caller, line in callers.get(id(ff), ()):
+                    if caller.witness is not None:
+                        continue
+                    key = (ff.witness, ff.module, ff.qualname, line)
+                    old = best.get(id(caller))
+                    if old is None or key < old[0]:
+                        best[id(caller)] = (key, caller, line, ff)
+            frontier = []
+            for key, caller, line, ff in best.values():
+                caller.witness = ff.witness
+                caller.via = (line, ff)
+                frontier.append(caller)
         work = [ff for ff in self.funcs.values() if ff.ret_level]
         while work:
             ff = work.pop()
@@ -216,6 +392,66 @@ class Project:
                 if caller.ret_level < ff.ret_level:
                     caller.ret_level = ff.ret_level
                     work.append(caller)
+        self._hand_arguments()
+
+    def _hand_arguments(self):
+        """Rank levels of arguments handed to tree functions and classes (``Trainer(args,
+        dataset)`` with a rank-sharded dataset): into the callee's parameters, and from there
+        into ``self`` attributes that ``__init__`` (or any method) builds from them."""
+        for ff in list(self.funcs.values()):
+            for ref, levels in ff.arg_calls:
+                callee = self.resolve(ref)
+                bound = 0
+                if callee is None and ref[0] in ("q", "local"):
+                    callee = self._constructor(ref)
+                    bound = 1
+                elif callee is not None and ref[0] in ("self", "super"):
+                    bound = 1
+                if callee is None:
+                    continue
+                for k, lv in levels.items():
+                    if isinstance(k, int):
+                        i = k + bound
+                        if i >= len(callee.params):
+                            continue
+                        k = callee.params[i]
+                    elif k not in callee.params:
+                        continue
+                    if lv > callee.param_levels.get(k, 0):
+                        callee.param_levels[k] = lv
+        for ff in self.funcs.values():
+            if not ff.attr_params:
+                continue
+            mod = self.modules.get(ff.module)
+            for key, used in ff.attr_params.items():
+                lv = 0
+                for p in used:
+                    if isinstance(p, tuple):  # a call: its return level
+                        callee = self.resolve(p)
+                        lv = max(lv, callee.ret_level if callee is not None else 0)
+                    else:
+                        lv = max(lv, ff.param_levels.get(p, 0))
+                if lv > mod.attr_levels.get(key, 0):
+                    mod.attr_levels[key] = lv
+
+    def _constructor(self, ref):
+        """``Class.__init__`` when a ``q``/``local`` ref names a tree class, else None."""
+        if ref[0] == "local":
+            mod, cls = self.modules.get(ref[1]), ref[2]
+        else:
+            mod, rest = self._split(ref[1], ref[2])
+            if mod is None or len(rest) != 1:
+                return None
+            cls = rest[0]
+            if cls in mod.imports and cls not in mod.bases:
+                name, _ = self.canonical(ref[1], ref[2])
+                mod, rest = self._split(name, mod.key)
+                if mod is None or len(rest) != 1:
+                    return None
+                cls = rest[0]
+        if mod is None or cls not in mod.bases:
+            return None
+        return self._method(mod.key, cls, "__init__", 0)
 
     # ------------------------------------------------------------ queries (Taint, rules)
     def callee(self, mod, cls, scope, call):
@@ -228,10 +464,36 @@ class Project:
         return ff.ret_level if ff is not None else 0
 
     def attr_level(self, mod, cls, attr):
-        """Rank level of ``self.attr`` in class ``cls`` of ``mod`` (assignments in its methods)."""
+        """Rank level of ``self.attr`` (``attr`` may be dotted: ``state.best``) in class ``cls``
+        of ``mod`` (assignments in its methods, and its bases' in the same module)."""
         if not cls:
             return 0
-        return mod.attr_levels.get((cls, attr), 0)
+        lv = mod.attr_levels.get((cls, attr), 0)
+        for base in mod.bases.get(cls, ()):
+            if base in mod.bases and base != cls:
+                lv = max(lv, mod.attr_levels.get((base, attr), 0))
+        return lv
+
+    def chain(self, ff):
+        """``[(path, line, what)]``: the calls from function ``ff`` down to the collective it
+        reaches (``what``: ``"helper()"`` for a call, the collective's name last)."""
+        out = []
+        seen = set()
+        while ff is not None and ff.via is not None and id(ff) not in seen:
+            seen.add(id(ff))
+            line, nxt = ff.via
+            out.append((ff.path, line, (nxt.qualname.rsplit(".", 1)[-1] + "()") if nxt is not None
+                        else ff.witness))
+            ff = nxt
+        return out
+
+
+def _self_attr(t):
+    """``"x"`` for a ``self.x`` target, ``"a.b"`` for ``self.a.b``, else None."""
+    parts = dotted(t) if isinstance(t, ast.Attribute) else None
+    if parts and parts[0] == "self" and 2 <= len(parts) <= 4:
+        return ".".join(parts[1:])
+    return None
 
 
 def _endless(st):

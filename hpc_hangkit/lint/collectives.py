@@ -20,7 +20,9 @@ import re
 __all__ = ["COLLECTIVE_MODULES", "DISTINCT", "GENERIC", "COMMISH", "P2P_SEND", "P2P_RECV",
            "GROUP_CREATE", "ABORTS", "EXITS", "RANK_CALLS", "RANK_NAMES", "RANK_ENV",
            "LOCAL_CALLS", "LOCAL_METHODS", "DATAISH", "MARK_DECORATORS", "MEMBERSHIP", "EXTRA_PLAIN", "extend",
-           "snapshot", "restore", "classify_call"]
+           "snapshot", "restore", "classify_call", "RANK_CALL_RE", "RANK_ATTR_RE", "LOCAL_DATA_METHODS",
+           "LOCAL_DATA_CALLS", "DISPLAY_KEYWORDS", "extend_rank_sources", "is_rank_call", "is_configured",
+           "configured_method"]
 
 #: qualified-name prefixes whose functions named in DISTINCT or GENERIC are collectives
 COLLECTIVE_MODULES = ("torch.distributed", "mpi4py", "accelerate", "lightning", "pytorch_lightning",
@@ -66,7 +68,19 @@ EXITS = {"sys.exit", "os._exit", "exit", "quit", "os.abort"}
 
 #: calls whose value is the rank (any receiver)
 RANK_CALLS = {"get_rank", "get_local_rank", "get_node_local_rank", "get_global_rank", "get_group_rank",
-              "Get_rank", "get_process_index", "get_local_process_index"}
+              "Get_rank", "get_process_index", "get_local_process_index", "get_dist_info"}
+#: a function whose name says it answers with the rank or a rank test (``get_rank_and_world_size``,
+#: ``dist_rank``, ``rank_is_root``, ``is_main_process``, ``is_rank_zero``...)
+RANK_CALL_RE = re.compile(r"^_*(get_\w*rank\w*|\w+_rank|rank|rank_is_\w+|is_(main|master|root_rank|rank_?(0|zero)|"
+                          r"global_zero|local_zero|local_main|leader|chief|first_rank|primary)\w*|"
+                          r"(local_|global_)?rank_?(0|zero))$", re.I)
+#: names matching RANK_CALL_RE that are not the process's rank (a matrix's rank, peers, sizes)
+NOT_RANK_RE = re.compile(r"matrix|lora|low_rank|^_*tensor_rank|sparse|src|dst|dest|peer|root_rank$|target|source|"
+                         r"num|max|min|n_rank|nrank|to_rank|from_rank|warn|info|debug|print|log|only|"
+                         r"_for_|^_*rank_(zero|0)_", re.I)
+#: attribute names that hold a rank test (``mpi.world.rank_is_root``)
+RANK_ATTR_RE = re.compile(r"^(rank_is_\w+|is_(rank_?(0|zero)|root_rank|main_rank|master_rank)|"
+                          r"(local|global|node|world|dist|my|proc|process|device|gpu)_rank)$")
 #: names and attributes that hold the rank (``self.rank``, ``args.local_rank``, ``accelerator.is_main_process``)
 RANK_NAMES = {"rank", "local_rank", "global_rank", "node_rank", "group_rank", "my_rank", "myrank", "rank_id",
               "world_rank", "proc_id", "procid", "process_index", "local_process_index", "is_main_process",
@@ -91,6 +105,17 @@ LOCAL_CALLS = {
 LOCAL_PREFIXES = ("random.", "numpy.random.", "psutil.")
 #: rank-local methods on any receiver (pathlib)
 LOCAL_METHODS = {"exists", "is_file", "is_dir", "glob", "rglob", "iterdir"}
+#: methods and calls whose value is this rank's part of something sharded (its size can differ between
+#: ranks): DTensor/ShardedTensor local parts, a dataset shard, a DistributedSampler's indices
+LOCAL_DATA_METHODS = {"to_local", "local_shards", "local_tensor", "local_chunks", "shard", "local_shard"}
+LOCAL_DATA_CALLS = {"DistributedSampler", "split_dataset_by_node", "shard_dataset", "ElasticDistributedSampler"}
+#: keyword arguments of a call that only shape its display (a progress bar, a logger): their rank
+#: dependence does not reach the call's value (``tqdm(loader, disable=not is_rank_zero)``)
+DISPLAY_KEYWORDS = {"disable", "desc", "position", "leave", "ncols", "nrows", "dynamic_ncols", "file", "verbose",
+                    "unit", "unit_scale", "postfix", "bar_format", "colour", "color", "mininterval", "maxinterval",
+                    "miniters", "smoothing", "ascii", "quiet", "silent", "enable", "enabled", "show",
+                    "show_progress", "progress_bar", "logger", "log", "level", "flush", "end", "sep", "prefix",
+                    "print_fn", "stacklevel", "main_process_only", "is_main_process", "in_order", "rank_zero_only"}
 #: names of per-rank data (their length / emptiness is rank-local)
 #: (a loader's or a whole dataset's length is not: DistributedSampler & co. make it equal)
 DATAISH = re.compile(r"(^|_)(batch|batches|shards|chunks|samples|files)$|^(local|my|rank)_(batch|shards?|chunks?|"
@@ -110,6 +135,35 @@ _extra_qualified = set()
 EXTRA_PLAIN = set()
 
 
+def extend_rank_sources(names):
+    """Add rank sources from the settings (``rank_sources = [...]``): each name (its last
+    dotted part) is a call whose value is the rank and an attribute or name that holds it."""
+    for n in names:
+        n = str(n).strip().rsplit(".", 1)[-1]
+        if n:
+            RANK_CALLS.add(n)
+            RANK_NAMES.add(n)
+
+
+def is_rank_call(name):
+    """True when a call named ``name`` (its last identifier) answers with the rank."""
+    return name in RANK_CALLS or (bool(RANK_CALL_RE.match(name)) and not NOT_RANK_RE.search(name))
+
+
+def is_configured(qualified):
+    """True when the settings name ``qualified`` as a collective."""
+    return qualified in _extra_qualified
+
+
+def configured_method(modname, qualname):
+    """True when a tree function (module ``modname``, ``qualname`` such as ``Sharded.forward``)
+    is named in the settings' collectives: by ``module.qualname`` or, for a method, by
+    ``Class.method`` (any module)."""
+    if not _extra_qualified:
+        return False
+    return (modname + "." + qualname) in _extra_qualified or ("." in qualname and qualname in _extra_qualified)
+
+
 def extend(names):
     """Add collectives: each ``"pkg.mod.func"`` (matched by qualified name) or ``"method"``
     (matched as a distinctive name on any receiver). ``names``: iterable of str."""
@@ -126,12 +180,12 @@ def extend(names):
 
 def snapshot():
     """The extensible sets as they are now (for :func:`restore`)."""
-    return set(DISTINCT), set(EXTRA_PLAIN), set(_extra_qualified)
+    return set(DISTINCT), set(EXTRA_PLAIN), set(_extra_qualified), set(RANK_CALLS), set(RANK_NAMES)
 
 
 def restore(saved):
     """Put back what :func:`snapshot` returned (one lint run's ``extend`` does not outlive it)."""
-    for live, old in zip((DISTINCT, EXTRA_PLAIN, _extra_qualified), saved):
+    for live, old in zip((DISTINCT, EXTRA_PLAIN, _extra_qualified, RANK_CALLS, RANK_NAMES), saved):
         live.clear()
         live.update(old)
 

@@ -29,36 +29,60 @@ class FuncFacts:
     ``witness``: after :func:`hpc_hangkit.lint.calls.propagate`, the collective it reaches
     (``"all_reduce"``) or None."""
 
-    __slots__ = ("module", "qualname", "cls", "line", "calls", "direct", "marked", "ret_level", "ret_calls",
-                 "noreturn", "witness", "node")
+    __slots__ = ("module", "path", "qualname", "cls", "line", "calls", "direct", "direct_line", "marked",
+                 "ret_level", "ret_calls", "noreturn", "witness", "via", "node", "params", "param_levels",
+                 "arg_calls", "attr_params")
 
-    def __init__(self, module, qualname, cls, line, node):
+    def __init__(self, module, qualname, cls, line, node, path=None):
         self.module = module
+        self.path = path
         self.qualname = qualname
         self.cls = cls
         self.line = line
         self.node = node
         self.calls = []
         self.direct = None
+        self.direct_line = 0
         self.marked = False
         self.ret_level = 0
         self.ret_calls = []
         self.noreturn = False
         self.witness = None
+        #: how the witness is reached: ``(line of the call or collective, callee FuncFacts or None)``
+        self.via = None
+        #: parameter names in order (``self`` included for methods)
+        self.params = _params(node)
+        #: parameter -> rank level handed to it by a caller in the tree (after propagation)
+        self.param_levels = {}
+        #: ``[(call ref, {param index or keyword: level})]``: calls that hand a rank level to a callee
+        self.arg_calls = []
+        #: ``(class, attr) -> {parameter names, call refs}``: ``self.attr = <expression of these>``
+        self.attr_params = {}
+
+
+def _params(node):
+    a = getattr(node, "args", None)
+    if a is None or not hasattr(a, "args"):
+        return ()
+    return tuple(x.arg for x in list(getattr(a, "posonlyargs", [])) + list(a.args) + list(a.kwonlyargs))
 
 
 class ModuleFacts:
     """One source file: ``path``, dotted ``name``, ``imports`` (local alias -> qualified name),
+    ``key`` (the normalized absolute path: modules are told apart by it, two ``train.py`` of one
+    name included), ``stars`` (modules imported with ``*``),
     ``funcs`` (qualname -> :class:`FuncFacts`; methods as ``Class.method``), ``bases``
     (class -> list of base qualified names), ``attr_levels`` ((class, attr) -> rank level of
     ``self.attr`` assignments), ``ignores`` (line -> set of codes, ``"*"`` for all), ``lines``."""
 
-    __slots__ = ("path", "name", "imports", "funcs", "bases", "attr_levels", "ignores", "lines", "tree",
-                 "is_package", "has_p2p", "local", "rankish")
+    __slots__ = ("path", "key", "name", "imports", "stars", "funcs", "bases", "attr_levels", "ignores", "lines",
+                 "tree", "is_package", "has_p2p", "local", "rankish")
 
     def __init__(self, path, name, tree, text, is_package=False):
         self.path = path
+        self.key = os.path.normpath(os.path.abspath(path))
         self.name = name
+        self.stars = []
         self.tree = tree
         self.lines = text.splitlines()
         self.imports = {}
@@ -213,6 +237,8 @@ def _imports(mod, nodes):
             for a in node.names:
                 if a.name != "*":
                     mod.imports[a.asname or a.name] = (src + "." + a.name) if src else a.name
+                elif src:
+                    mod.stars.append(src)
 
 
 def functions_of(tree):

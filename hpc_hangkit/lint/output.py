@@ -38,7 +38,8 @@ def _uri(path):
 
 def render_sarif(result):
     """A SARIF 2.1.0 log with one run: the rules of :data:`RULES`, one result per finding
-    (the collective as the location, the deciding branch as a related location), and one
+    (the collective, or the call of the helper that reaches it, as the location; the deciding
+    branch, then each call on the way and the collective, as related locations), and one
     tool notification per file that could not be parsed."""
     codes = sorted(RULES)
     rules = [{"id": c, "name": RULES[c][0], "shortDescription": {"text": RULES[c][1]},
@@ -48,11 +49,16 @@ def render_sarif(result):
     for f in result.findings:
         loc = {"physicalLocation": {"artifactLocation": {"uri": _uri(f.path)},
                                     "region": {"startLine": f.line, "startColumn": f.col}}}
-        rel = {"id": 1, "message": {"text": "the branch that decides which ranks reach it"},
-               "physicalLocation": {"artifactLocation": {"uri": _uri(f.path)},
-                                    "region": {"startLine": f.related_line}}}
+        rels = []
+        for i, r in enumerate(f.related(), 1):
+            text = {"branch": "the branch that decides which ranks reach it",
+                    "call": "on the way: calls %s" % r.get("what"),
+                    "collective": "the collective: %s" % r.get("what")}[r["role"]]
+            rels.append({"id": i, "message": {"text": text},
+                         "physicalLocation": {"artifactLocation": {"uri": _uri(r["path"])},
+                                              "region": {"startLine": r["line"]}}})
         results.append({"ruleId": f.code, "ruleIndex": codes.index(f.code), "level": f.severity,
-                        "message": {"text": f.message}, "locations": [loc], "relatedLocations": [rel]})
+                        "message": {"text": f.message}, "locations": [loc], "relatedLocations": rels})
     notes = [{"level": "warning", "message": {"text": "cannot check %s: %s" % (p, m)}} for p, m in result.errors]
     run = {"tool": {"driver": {"name": "hpc-hangkit lint", "version": __version__, "rules": rules}},
            "results": results,

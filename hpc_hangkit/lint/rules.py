@@ -7,6 +7,7 @@ Every finding names two lines: the collective and the branch that decides who re
 it (``related_line``). Stdlib only.
 """
 import ast
+import os
 from typing import NamedTuple
 
 from hpc_hangkit.lint import collectives as C
@@ -50,8 +51,10 @@ def severity_of(code):
 
 class Finding(NamedTuple):
     """One finding: ``code``, ``path``, ``line``/``col`` (1-based line, 1-based column) of the
-    collective, ``message``, ``related_line``/``related_text`` (the branch that decides),
-    ``function`` (qualified name), ``severity``."""
+    collective (or of the call of the helper that reaches it), ``message``,
+    ``related_line``/``related_text`` (the branch that decides), ``function`` (qualified
+    name), ``severity``; ``chain``: for a collective reached through helpers, each call on
+    the way and the collective last, as ``(path, line, text, what)``."""
 
     code: str
     path: str
@@ -61,18 +64,37 @@ class Finding(NamedTuple):
     related_line: int
     related_text: str
     function: str
+    chain: tuple = ()
 
     @property
     def severity(self):
         return severity_of(self.code)
 
+    @property
+    def collective(self):
+        """``(path, line)`` of the collective itself (the end of the chain, else the finding's line)."""
+        if self.chain:
+            return self.chain[-1][0], self.chain[-1][1]
+        return self.path, self.line
+
+    def related(self):
+        """The lines that explain the finding, as dicts ``{path, line, text, role}``: the branch
+        (``role`` "branch"), then each call on the way (``"call"``) and the collective
+        (``"collective"``) when it is reached through helpers."""
+        out = [{"path": self.path, "line": self.related_line, "text": self.related_text, "role": "branch"}]
+        for i, (path, line, text, what) in enumerate(self.chain):
+            out.append({"path": path, "line": line, "text": text,
+                        "role": "collective" if i == len(self.chain) - 1 else "call", "what": what})
+        return out
+
     def to_dict(self):
+        """JSON form: ``related`` is the list of :meth:`related` (the branch first)."""
         return {"code": self.code, "rule": RULES[self.code][0], "severity": self.severity, "path": self.path,
                 "line": self.line, "col": self.col, "message": self.message, "function": self.function,
-                "related": {"line": self.related_line, "text": self.related_text}}
+                "related": self.related()}
 
     def sort_key(self):
-        return (self.path, self.line, self.col, self.code)
+        return (self.path, self.line, self.col, self.code, self.message)
 
 
 class _Guard:
@@ -125,7 +147,7 @@ class _Walker:
         self.mod = mod
         self.ff = ff
         self.out = out
-        self.taint = Taint(ff.node, mod, ff.cls, project)
+        self.taint = Taint(ff.node, mod, ff.cls, project, facts=ff)
         self.exits = []
         self.seen = set()
         #: inside a membership / use_local_synchronization branch: its early exits are by design
@@ -147,6 +169,16 @@ class _Walker:
             return "%s() (reaches %s)" % (short, callee.witness)
         return None
 
+    def chain(self, call):
+        """``((path, line, text, what), ...)`` from a helper's call down to its collective."""
+        callee = self.project.callee(self.mod, self.ff.cls, self.ff.qualname, call)
+        if callee is None or not callee.witness or self.taint.call_kind(call)[0] == "collective":
+            return ()
+        out = []
+        for path, line, what in self.project.chain(callee):
+            out.append((path, line, _line_text(self.project, path, line, self.mod), what))
+        return tuple(out)
+
     def sigs(self, stmts):
         out = []
         for st in stmts:
@@ -163,9 +195,13 @@ class _Walker:
         if id(node) in self.seen:
             return
         self.seen.add(id(node))
-        self.out.append(Finding(code, self.mod.path, node.lineno, node.col_offset + 1,
-                                "%s %s (line %d: `%s`)" % (what, detail, line, self.mod.line_text(line)),
-                                line, self.mod.line_text(line), self.ff.qualname))
+        chain = self.chain(node) if isinstance(node, ast.Call) else ()
+        msg = "%s %s (line %d: `%s`)" % (what, detail, line, self.mod.line_text(line))
+        if chain:
+            msg += "; the collective: " + " -> ".join(
+                "%s at %s:%d" % (w, os.path.basename(p), ln) for p, ln, _, w in chain)
+        self.out.append(Finding(code, self.mod.path, node.lineno, node.col_offset + 1, msg,
+                                line, self.mod.line_text(line), self.ff.qualname, chain))
 
     def call(self, call, guards, loops):
         name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", None)
@@ -374,6 +410,27 @@ class _Walker:
             if k.arg in ("dst", "dest", "group_dst"):
                 return self.taint.level(k.value)
         return self.taint.level(call.args[1]) if len(call.args) > 1 else 0
+
+
+def _line_text(project, path, line, here):
+    """The stripped text of ``line`` of file ``path`` (the module being checked, or read once
+    and kept as a few lines: a chain names lines of other files)."""
+    if path == here.path:
+        return here.line_text(line)
+    cache = project.__dict__.setdefault("_line_cache", {})
+    key = (path, line)
+    if key not in cache:
+        text = ""
+        try:
+            with open(path, "rb") as f:
+                for i, raw in enumerate(f, 1):
+                    if i == line:
+                        text = raw.decode("utf-8", errors="replace").strip()
+                        break
+        except OSError:
+            pass
+        cache[key] = text
+    return cache[key]
 
 
 def _matched(a, b):

@@ -17,7 +17,8 @@ import ast
 from hpc_hangkit.lint import collectives as C
 from hpc_hangkit.lint.model import dotted, qualify, walk_local
 
-__all__ = ["Taint", "call_kind", "mentions_membership", "RANK_DEPENDENT", "RANK_LOCAL", "CLEAN"]
+__all__ = ["Taint", "call_kind", "mentions_membership", "single_process", "RANK_DEPENDENT", "RANK_LOCAL",
+           "CLEAN"]
 
 CLEAN, RANK_LOCAL, RANK_DEPENDENT = 0, 1, 2
 
@@ -40,7 +41,7 @@ class Taint:
     and ``self`` attributes) or None.
     """
 
-    def __init__(self, fn, mod, cls=None, project=None):
+    def __init__(self, fn, mod, cls=None, project=None, facts=None):
         self.fn = fn
         self.mod = mod
         self.cls = cls
@@ -48,41 +49,119 @@ class Taint:
         self.env = {}
         self.agreed = set()
         self.assigned = set()
+        #: id(assignment statement) -> the conditions of the branches it is under ([(kind, expr)])
+        self.guards = {}
+        #: ids of statements under a single-process branch (``if not dist.is_initialized():``)
+        self.single = set()
+        if facts is None and project is not None:
+            facts = _facts_of(project, mod, fn)
+        self.params = dict(facts.param_levels) if facts is not None else {}
         self._run()
 
     # -------------------------------------------------------------- environment
     def _run(self):
         assigns = []
         local = self.mod.local.get(id(self.fn))
+        body = getattr(self.fn, "body", None)
+        if isinstance(body, list):
+            self._scan_guards(body, ())
         for n in (local if local is not None else walk_local(self.fn)):
             if isinstance(n, ast.Assign):
-                assigns.append((n.targets, n.value))
+                if id(n) in self.single:
+                    continue
+                conds = self.guards.get(id(n), ())
+                for t in n.targets:
+                    assigns.extend(_pairs(t, n.value, conds))
             elif isinstance(n, (ast.AugAssign, ast.AnnAssign)) and n.value is not None:
-                assigns.append(([n.target], n.value))
+                if id(n) not in self.single:
+                    assigns.append((n.target, n.value, self.guards.get(id(n), ()), None))
             elif isinstance(n, (ast.For, ast.AsyncFor, ast.comprehension)):
-                assigns.append(([n.target], n.iter))
+                assigns.append((n.target, n.iter, (), None))
             elif isinstance(n, ast.NamedExpr):
-                assigns.append(([n.target], n.value))
+                assigns.append((n.target, n.value, (), None))
             elif isinstance(n, ast.withitem) and n.optional_vars is not None:
-                assigns.append(([n.optional_vars], n.context_expr))
+                assigns.append((n.optional_vars, n.context_expr, (), None))
             elif isinstance(n, ast.Call):
                 self._agree_args(n)
-        for targets, _ in assigns:
-            for t in targets:
-                self.assigned.update(_names(t))
+        for target, _, _, _ in assigns:
+            self.assigned.update(_names(target))
+        for name, lv in self.params.items():
+            if lv and name not in self.assigned:
+                self.env[name] = lv
         for _ in range(3):
             changed = False
-            for targets, value in assigns:
-                lv = self.level(value)
+            for target, value, conds, part in assigns:
+                lv = self.level(value) if part is None else self._part_level(value, part)
+                for kind, c in conds:
+                    if lv == 2:
+                        break
+                    lv = max(lv, 1 if kind == "except" else self.test_level(c))
                 if not lv:
                     continue
-                for t in targets:
-                    for name in _names(t):
-                        if self.env.get(name, 0) < lv:
-                            self.env[name] = lv
-                            changed = True
+                for name in _names(target):
+                    if self.env.get(name, 0) < lv:
+                        self.env[name] = lv
+                        changed = True
             if not changed:
                 break
+
+    def _scan_guards(self, stmts, conds):
+        """Record the branch conditions each assignment statement is under (control
+        dependence: ``if rank == 0: n = len(data)``), and the statements of single-process
+        branches (they run only without other ranks: they contribute nothing)."""
+        for st in stmts:
+            if isinstance(st, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+                if conds:
+                    self.guards[id(st)] = conds
+            elif isinstance(st, ast.If):
+                side = single_process(st.test)
+                if side is not None:
+                    self._mark_single(st.body if side == "body" else st.orelse)
+                    self._scan_guards(st.orelse if side == "body" else st.body, conds)
+                    continue
+                c = conds + (("if", st.test),)
+                self._scan_guards(st.body, c)
+                self._scan_guards(st.orelse, c)
+            elif isinstance(st, ast.Try) or type(st).__name__ == "TryStar":
+                self._scan_guards(st.body, conds)
+                for h in st.handlers:
+                    self._scan_guards(h.body, conds + (("except", None),))
+                self._scan_guards(st.orelse, conds)
+                self._scan_guards(st.finalbody, conds)
+            elif isinstance(st, (ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith)):
+                self._scan_guards(st.body, conds)
+                self._scan_guards(getattr(st, "orelse", []), conds)
+
+    def _mark_single(self, stmts):
+        stack = list(stmts)
+        while stack:
+            st = stack.pop()
+            if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                continue
+            self.single.add(id(st))
+            for f in ("body", "orelse", "finalbody"):
+                stack.extend(getattr(st, f, None) or [])
+            for h in getattr(st, "handlers", None) or []:
+                stack.extend(h.body)
+
+    def guard_level(self, stmt):
+        """The highest level of the branch conditions ``stmt`` is under (0 when none); an
+        ``except`` handler counts as rank-local."""
+        lv = 0
+        for kind, c in self.guards.get(id(stmt), ()):
+            lv = max(lv, 1 if kind == "except" else self.test_level(c))
+        return lv
+
+    def _part_level(self, call, part):
+        """Level of one element of a tuple unpacked from a rank call: ``rank, world =
+        get_rank_and_world_size()`` taints ``rank`` (``part`` "rank") and not ``world``
+        (``part`` "other": only what the call's arguments carry)."""
+        if part == "rank":
+            return RANK_DEPENDENT
+        lv = 0
+        for a in call.args:
+            lv = max(lv, self.level(a))
+        return lv
 
     def _agree_args(self, call):
         kind, name = self.call_kind(call)
@@ -96,7 +175,10 @@ class Taint:
 
     # -------------------------------------------------------------- calls
     def call_kind(self, call):
-        """:func:`call_kind` of ``call`` in this function's module."""
+        """:func:`call_kind` of ``call`` in this function's module (through the tree's
+        re-exports when a project is known)."""
+        if self.project is not None:
+            return self.project.call_kind(self.mod, call)
         return call_kind(self.mod, call)
 
     # -------------------------------------------------------------- levels
@@ -113,11 +195,13 @@ class Taint:
                 return 2  # a parameter or global named like the rank; a local takes what it is given
             return self.env.get(e.id, 0)
         if isinstance(e, ast.Attribute):
-            if e.attr in C.RANK_NAMES:
+            if e.attr in C.RANK_NAMES or C.RANK_ATTR_RE.match(e.attr):
                 return 2
             lv = 0
-            if isinstance(e.value, ast.Name) and e.value.id == "self" and self.project is not None:
-                lv = self.project.attr_level(self.mod, self.cls, e.attr)
+            if self.project is not None and self.cls:
+                d = dotted(e)
+                if d and d[0] == "self" and len(d) <= 4:
+                    lv = self.project.attr_level(self.mod, self.cls, ".".join(d[1:]))
             if e.attr == "shape" and _data_name(e.value):
                 lv = max(lv, 1)
             return max(lv, self.level(e.value))
@@ -152,10 +236,10 @@ class Taint:
         return lv
 
     def iter_level(self, e):
-        """Level of a loop's iterable (:meth:`level`). Iterating a data loader is not rank-local
-        by its name alone: samplers of DDP / accelerate / Lightning give every rank as many
-        batches; ``len(shard)``, ``os.listdir`` and the like are."""
-        return self.level(e)
+        """Level of a loop's trip count over iterable ``e`` (:meth:`trip_level`). Iterating a
+        data loader is not rank-local by its name alone: samplers of DDP / accelerate /
+        Lightning give every rank as many batches; ``len(shard)``, ``os.listdir`` and the like are."""
+        return self.trip_level(e)
 
     def _is_environ(self, e):
         d = dotted(e)
@@ -171,7 +255,7 @@ class Taint:
         if kind == "collective":
             return 0
         parts = dotted(f)
-        if name in C.RANK_CALLS:
+        if name is not None and C.is_rank_call(name):
             return 2
         if name in ("get", "getenv", "pop") and call.args and self._rank_env_key(call.args[0]):
             if name == "getenv" or (isinstance(f, ast.Attribute) and self._is_environ(f.value)):
@@ -185,6 +269,8 @@ class Taint:
             return 1
         if isinstance(f, ast.Attribute) and name in ("numel", "size", "__len__") and _data_name(f.value):
             return 1
+        if name in C.LOCAL_DATA_CALLS or (isinstance(f, ast.Attribute) and name in C.LOCAL_DATA_METHODS):
+            return max(1, self._args_level(call))
         lv = 0
         if self.project is not None:
             lv = self.project.return_level(self.mod, self.cls, call)
@@ -192,11 +278,132 @@ class Taint:
             return 2
         if isinstance(f, ast.Attribute):
             lv = max(lv, self.level(f.value))
+        return max(lv, self._args_level(call))
+
+    def _args_level(self, call):
+        lv = 0
         for a in call.args:
             lv = max(lv, self.level(a))
+            if lv == 2:
+                return lv
         for k in call.keywords:
-            lv = max(lv, self.level(k.value))
+            if k.arg not in C.DISPLAY_KEYWORDS:
+                lv = max(lv, self.level(k.value))
         return lv
+
+    def trip_level(self, e):
+        """Level of a loop's trip count over iterable ``e``: a literal list or tuple has a fixed
+        length whatever its values; ``range``/``enumerate``/``zip``/``reversed``/``sorted``/
+        ``.items()``... count what they are given; anything else by its value's :meth:`level`."""
+        if isinstance(e, (ast.List, ast.Tuple)):
+            return max([self.level(x.value) for x in e.elts if isinstance(x, ast.Starred)] or [0])
+        if isinstance(e, ast.Dict):
+            return 0
+        if isinstance(e, (ast.GeneratorExp, ast.ListComp, ast.SetComp)):
+            lv = 0
+            for g in e.generators:
+                lv = max([lv, self.trip_level(g.iter)] + [self.test_level(x) for x in g.ifs])
+            return lv
+        if isinstance(e, ast.Call):
+            f = e.func
+            name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+            if isinstance(f, ast.Name) and name in _COUNTING and name not in self.mod.imports and e.args:
+                if name == "range":
+                    return max(self.level(a) for a in e.args)
+                return max(self.trip_level(a) for a in e.args if not isinstance(a, ast.Starred)) \
+                    if any(not isinstance(a, ast.Starred) for a in e.args) else self.level(e)
+            if isinstance(f, ast.Attribute) and name in ("items", "keys", "values") and not e.args:
+                return self.trip_level(f.value)
+        return self.level(e)
+
+_COUNTING = {"range", "enumerate", "zip", "reversed", "sorted", "list", "tuple", "iter"}
+
+
+def _facts_of(project, mod, fn):
+    for ff in getattr(mod, "funcs", {}).values():
+        if ff.node is fn:
+            return ff
+    return None
+
+
+def _pairs(target, value, conds):
+    """``(target, value, conds, part)`` for one assignment: a tuple target takes a tuple value
+    element by element; a tuple unpacked from a rank call (``rank, world =
+    get_rank_and_world_size()``) taints only its rank part (a name that says rank, else the
+    first)."""
+    if isinstance(target, (ast.Tuple, ast.List)) and not any(isinstance(t, ast.Starred) for t in target.elts):
+        if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts) and \
+                not any(isinstance(v, ast.Starred) for v in value.elts):
+            out = []
+            for t, v in zip(target.elts, value.elts):
+                out.extend(_pairs(t, v, conds))
+            return out
+        if isinstance(value, ast.Call) and len(target.elts) > 1:
+            f = value.func
+            name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+            if name and C.is_rank_call(name) and ("_and_" in name or name in ("get_dist_info",)):
+                names = [t.id if isinstance(t, ast.Name) else None for t in target.elts]
+                said = [i for i, n in enumerate(names) if n and (n in C.RANK_NAMES or "rank" in n.lower()
+                                                                  or C.is_rank_call(n))]
+                rank_idx = set(said) if said else {0}
+                return [(t, value, conds, "rank" if i in rank_idx else "other") for i, t in enumerate(target.elts)]
+    return [(target, value, conds, None)]
+
+
+def single_process(test):
+    """Which part of ``if test:`` runs only when there is one process: ``"body"`` for ``not
+    dist.is_initialized()``, ``world_size == 1``, ``get_world_size() < 2``, ``not
+    args.distributed``; ``"orelse"`` for their opposites; None otherwise."""
+    neg = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
+    inner = test.operand if neg else test
+    if _is_dist_flag(inner):
+        return "body" if neg else "orelse"
+    if isinstance(inner, ast.BoolOp) and not neg:
+        # `dist.is_available() and dist.is_initialized()`: else is single-process
+        if isinstance(inner.op, ast.And) and all(_is_dist_flag(v) or _is_available(v) for v in inner.values):
+            return "orelse"
+        if isinstance(inner.op, ast.Or) and all(isinstance(v, ast.UnaryOp) and isinstance(v.op, ast.Not)
+                                                and (_is_dist_flag(v.operand) or _is_available(v.operand))
+                                                for v in inner.values):
+            return "body"
+        return None
+    if isinstance(inner, ast.Compare) and len(inner.ops) == 1 and not neg:
+        left, op, right = inner.left, inner.ops[0], inner.comparators[0]
+        if not (_is_world_size(left) and isinstance(right, ast.Constant) and isinstance(right.value, int)):
+            return None
+        v = right.value
+        if (isinstance(op, ast.Eq) and v == 1) or (isinstance(op, ast.Lt) and v == 2) or \
+                (isinstance(op, ast.LtE) and v == 1):
+            return "body"
+        if (isinstance(op, (ast.NotEq, ast.Gt)) and v == 1) or (isinstance(op, ast.GtE) and v == 2):
+            return "orelse"
+    return None
+
+
+def _is_available(e):
+    if isinstance(e, ast.Call):
+        d = dotted(e.func)
+        return bool(d) and d[-1] == "is_available" and len(d) > 1 and d[-2] in ("dist", "distributed")
+    return False
+
+
+def _is_dist_flag(e):
+    if isinstance(e, ast.Call):
+        d = dotted(e.func)
+        return bool(d) and (d[-1] in ("is_initialized", "is_distributed", "Is_initialized")
+                            or d[-1].endswith("dist_avail_and_initialized"))
+    d = dotted(e)
+    return bool(d) and d[-1] in ("distributed", "is_distributed", "use_distributed", "ddp", "use_ddp")
+
+
+def _is_world_size(e):
+    if isinstance(e, ast.Call):
+        d = dotted(e.func)
+        return bool(d) and d[-1] in ("get_world_size", "Get_size")
+    if isinstance(e, ast.Name):
+        return e.id in ("world_size", "WORLD_SIZE", "num_processes", "size", "nprocs", "num_replicas", "n_procs")
+    d = dotted(e)
+    return bool(d) and d[-1] in ("world_size", "WORLD_SIZE", "num_processes", "num_replicas")
 
 
 def mentions_membership(e):

@@ -74,7 +74,8 @@ def test_text_and_json_name_both_lines(tmp_path):
         "%s:6:9: HK101 barrier is reached only on ranks where the rank-dependent condition is true "
         "(line 5: `if dist.get_rank() == 0:`)" % p)
     doc = json.loads(lint("--format", "json", str(p)).stdout)
-    assert doc["findings"][0]["related"] == {"line": 5, "text": "if dist.get_rank() == 0:"}
+    assert doc["findings"][0]["related"] == [
+        {"path": str(p), "line": 5, "text": "if dist.get_rank() == 0:", "role": "branch"}]
     assert doc["findings"][0]["severity"] == "error"
 
 
@@ -117,7 +118,7 @@ def test_select_ignore_and_pyproject(tmp_path):
 
 def test_handed_scenarios_flag_the_branch_lines():
     r = lint("--format", "json", SCENARIOS)
-    got = {(os.path.basename(f["path"]), f["code"], f["line"], f["related"]["line"])
+    got = {(os.path.basename(f["path"]), f["code"], f["line"], f["related"][0]["line"])
            for f in json.loads(r.stdout)["findings"]}
     s3 = os.path.join(SCENARIOS, "scenario3_inner_barrier.py")
     s4 = os.path.join(SCENARIOS, "scenario4_uneven_data.py")

@@ -1,0 +1,18 @@
+# Source: https://github.com/huggingface/transformers-bloom-inference/pull/40
+# Bug: after a refactor, the barrier that lets the other ranks wait for rank 0's download sits
+#      inside rank 0's download branch: rank 0 calls dist.barrier() alone.
+# Class: direct rank condition (rank from an environment variable)
+# expect: HK101 collective=16 branch=14
+import os
+
+import torch.distributed as dist
+from huggingface_hub import snapshot_download
+
+
+def get_checkpoint_files(model_name_or_path):
+    local_rank = int(os.getenv("LOCAL_RANK", "0"))
+    if local_rank == 0:
+        snapshot_download(model_name_or_path, allow_patterns=["*"], local_files_only=False)
+        dist.barrier()
+    cached = snapshot_download(model_name_or_path, local_files_only=True)
+    return [os.path.join(cached, f) for f in os.listdir(cached) if f.endswith(".bin")]
