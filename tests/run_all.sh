@@ -38,7 +38,7 @@ fi
 step() { printf '\n== %s (%s)\n' "$*" "$(date -u +%H:%M:%S)"; }
 
 step "apt packages"
-APT_PKGS="gcc make procps util-linux iproute2 munge slurmctld slurmd slurm-client libslurm-dev"
+APT_PKGS="gcc make procps util-linux iproute2 munge slurmctld slurmd slurm-client libslurm-dev chromium"
 if command -v apt-get >/dev/null; then
   missing=$(for p in $APT_PKGS; do dpkg -s "$p" >/dev/null 2>&1 || echo "$p"; done)
   if [ -n "$missing" ]; then

@@ -22,7 +22,7 @@ from urllib.parse import quote
 
 from hpc_hangkit.ranges import format_ranks, ranks_label
 from hpc_hangkit.rollcall.prose import short_where, split_at
-from hpc_hangkit.report.render import build_tree, render_text, render_tree
+from hpc_hangkit.report.render import build_tree, render_text
 
 __all__ = ["PALETTE", "Evidence", "render_html", "gather_evidence", "contrast_ratio", "MAX_FILES",
            "MAX_TEXT_LINES"]
@@ -344,15 +344,16 @@ def _tree_html(report) -> List[str]:
         onpath = bool(rs & sus)
         mark = (' <strong class="mark">&#9733; suspect</strong>' if only else
                 ' <strong class="mark">&#9656; on the suspects\' path</strong>' if onpath else "")
-        label = '<span class="mono">[%s]</span> %s%s' % (_e(format_ranks(n.ranks)), _frame_text(n.frame), mark)
+        rtxt = _e(format_ranks(n.ranks))
+        label = '<span class="mono">[%s]</span> %s%s' % (rtxt, _frame_text(n.frame), mark)
         ch = kids(n)
         if not ch:
             out.append('<div class="leaf filterable%s" data-ranks="%s">%s</div>' % (
-                " suspect" if only else "", _e(format_ranks(n.ranks)), label))
+                " suspect" if only else "", rtxt, label))
             return
         opened = depth == 0 or onpath
         out.append('<details data-ranks="%s"%s><summary%s>%s</summary>' % (
-            _e(format_ranks(n.ranks)), " open" if opened else "", ' class="suspect"' if only else "", label))
+            rtxt, " open" if opened else "", ' class="suspect"' if only else "", label))
         for c in ch[:_MAX_BRANCHES]:
             walk(c, depth + 1)
         if len(ch) > _MAX_BRANCHES:
@@ -493,8 +494,8 @@ def render_html(report, evidence: Optional[Evidence] = None, title: Optional[str
     the page as a str (UTF-8 when written); it references nothing outside itself but
     the evidence links. Sections: verdict and sentence, groups (ranges, position, call
     chain, branch with its source lines), call-prefix tree, Flight Recorder tables,
-    timeline, NCCL RAS, nvidia-smi, evidence files, sample spread, warnings, the text
-    report and tree (docs/report.md)."""
+    timeline, NCCL RAS, nvidia-smi, evidence files, sample spread, warnings, and the
+    text report (report.txt; docs/report.md)."""
     ev = evidence or Evidence([], {}, [], {})
     sus = report.suspect_ranks
     n_ranks = max(report.world or 0, len(report.ranks))
@@ -585,7 +586,7 @@ def render_html(report, evidence: Optional[Evidence] = None, title: Optional[str
     else:
         out.append("<p>None.</p>")
     out.append("</section>")
-    text = (render_text(report) + "\n" + render_tree(report)).splitlines()
+    text = render_text(report).splitlines()  # report.txt (the tree above replaces --tree's text)
     if len(text) > MAX_TEXT_LINES:
         text = text[:MAX_TEXT_LINES] + ["... %d more lines (report.txt / hpc-hangkit report has them all)" % (
             len(text) - MAX_TEXT_LINES)]
