@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional
 
-from hpc_hangkit import layout
+from hpc_hangkit import fsio, layout
 from hpc_hangkit.capture.whyfile import KEEP, choose, is_why_data, merge_file
 from hpc_hangkit.wire import decode_files, emit_doc, encode_files, parse_docs
 
@@ -40,11 +40,8 @@ def read_tail(dir_fd: int, name: str, since: int, tail: int):
     file from byte ``offset = max(since, size - tail, 0)`` (from the end at most ``tail``
     bytes; ``since`` past the end counts as 0). Never follows a symlink (O_NOFOLLOW) nor
     blocks on a fifo. Raises OSError, also for anything but a regular file."""
-    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+    fd, st = fsio.open_regular(dir_fd, name)
     try:
-        st = os.fstat(fd)
-        if not (st.st_mode & 0o170000 == 0o100000):
-            raise OSError("not a regular file")
         size = st.st_size
         start = max(since if since <= size else 0, size - tail, 0)
         os.lseek(fd, start, 0)
@@ -104,17 +101,12 @@ def restore_real_outputs(hd_dir: str, before: Mapping[str, bytes]) -> List[str]:
     for rel, data in before.items():
         p = os.path.join(hd_dir, rel)
         try:
-            fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-            with os.fdopen(fd, "rb") as f:
-                now = f.read()
+            now = fsio.read_regular(p)
         except OSError:
             continue
         if choose(data, now) != KEEP:
             continue
-        tmp = p + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, p)
+        fsio.write_atomic(p, data)
         restored.append(rel)
         log.info("kept the earlier real %s (this capture only got: %s)", rel,
                  now[:200].decode("utf-8", "replace").strip())

@@ -21,7 +21,7 @@ import socket
 import stat
 from typing import List, Mapping, Optional
 
-from hpc_hangkit import layout
+from hpc_hangkit import fsio, layout
 
 log = logging.getLogger("hpc_hangkit.storage")
 
@@ -305,17 +305,6 @@ _MAX_OPEN_DIRS = 256
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def _sha_of(fd, size):
-    h, off = hashlib.sha256(), 0
-    while off < size:
-        b = os.pread(fd, min(_CHUNK, size - off), off)
-        if not b:
-            break
-        h.update(b)
-        off += len(b)
-    return off, h.hexdigest()
-
-
 def _stream(fd, write):
     """Send ``fd`` from offset 0 to ``write(bytes)`` -> (bytes sent, their sha256)."""
     h, n = hashlib.sha256(), 0
@@ -566,10 +555,11 @@ class LocalStore:
         FileNotFoundError, OSError(ELOOP) for a symlink, StoreRefused for anything but a
         regular file of this uid (never read: another user may have put it there)."""
         pfd, name = self._parent(rel, False)
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                     dir_fd=pfd)
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+        try:
+            fd, st = fsio.open_regular(pfd, name)
+        except fsio.NotRegular as e:
+            raise StoreRefused(errno.EPERM, "%s: %s: refused" % (self.url(rel), e.strerror)) from None
+        if st.st_uid != os.geteuid():
             os.close(fd)
             raise StoreRefused(errno.EPERM, "%s is not a regular file of uid %d (uid %d, mode "
                                "%o): refused" % (self.url(rel), os.geteuid(), st.st_uid,
@@ -582,19 +572,14 @@ class LocalStore:
         OSError/IOError; a failed write removes only its own temp file."""
         pfd, name = self._parent(rel, True)
         tmp = ".%s.%s.hk.tmp" % (name[:160], self.tag)
-        try:
-            os.unlink(tmp, dir_fd=pfd)      # our own leftover from a killed run
-        except OSError:
-            pass
-        out = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                      0o600, dir_fd=pfd)
+        out = fsio.open_tmp(tmp, dir_fd=pfd, read=True)   # unlinks our own leftover of a killed run
         try:
             def write(b):
                 view = memoryview(b)
                 while view:
                     view = view[os.write(out, view):]
             n, sha = _stream(fd, write)
-            rsize, rsha = _sha_of(out, os.fstat(out).st_size + 1)
+            rsize, rsha = fsio.sha256_fd(out)
             if rsize != n or rsha != sha:
                 raise IOError("verify failed: %s read back %d bytes sha256 %s, expected %d %s"
                               % (self.url(rel), rsize, rsha, n, sha))

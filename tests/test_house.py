@@ -363,3 +363,58 @@ def test_init_rule_names_the_import(tmp_path):
     })
     bad = init_violations(files)
     assert [v.split("  (")[0] for v in bad] == ["hpc_hangkit.b -> hpc_hangkit.a", "hpc_hangkit.b -> hpc_hangkit.a.x"]
+
+
+# --- one safe-file rule: temporary files are opened in fsio only ----------------------
+
+#: the one module that opens temporary files (O_CREAT | O_EXCL | O_NOFOLLOW, then rename)
+FSIO = PKG + ".fsio"
+_OPENERS = {"open", "fdopen", "mkstemp", "NamedTemporaryFile"}
+
+
+def _names_a_temp(node: ast.AST) -> bool:
+    """Whether an expression (the first argument of an open) is built from a name or string
+    saying ``tmp``: ``tmp``, ``path + ".tmp"``, ``"%s.tmp" % p``, ``self.tmp_path``."""
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name) and "tmp" in n.id.lower():
+            return True
+        if isinstance(n, ast.Attribute) and "tmp" in n.attr.lower():
+            return True
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and "tmp" in n.value.lower():
+            return True
+    return False
+
+
+def temp_opens(files: Dict[str, str]) -> List[str]:
+    """``file:line`` of every call of ``open``/``os.open``/``os.fdopen`` (any ``*.open``) whose
+    path argument names a temporary file, outside :data:`FSIO`."""
+    bad = []
+    for m, path in sorted(files.items()):
+        if m == FSIO:
+            continue
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+        for n in sorted((n for n in ast.walk(tree) if isinstance(n, ast.Call)), key=lambda n: n.lineno):
+            if not n.args:
+                continue
+            fn = n.func
+            name = fn.id if isinstance(fn, ast.Name) else fn.attr if isinstance(fn, ast.Attribute) else ""
+            if name in _OPENERS and _names_a_temp(n.args[0]):
+                bad.append("%s:%d" % (os.path.relpath(path, REPO), n.lineno))
+    return bad
+
+
+def test_temporary_files_are_opened_only_in_fsio():
+    bad = temp_opens(module_files())
+    assert not bad, "open of a temporary file outside %s (use fsio.write_atomic / fsio.open_tmp):\n%s" % (
+        FSIO, "\n".join(bad))
+
+
+def test_temp_open_rule_finds_the_shapes(tmp_path):
+    files = _tree(tmp_path, {
+        "__init__.py": "",
+        "fsio.py": "import os\ndef w(p):\n    fd = os.open(p + '.tmp', 0)\n",
+        "a.py": "import os\ndef w(p, d):\n    tmp = p + '.tmp'\n    with open(tmp, 'wb') as f:\n        f.write(d)\n"
+                "    os.open('%s.tmp' % p, os.O_CREAT)\n    open(p, 'rb')\n",
+    })
+    assert [b.rsplit(":", 1)[1] for b in temp_opens(files)] == ["4", "6"]

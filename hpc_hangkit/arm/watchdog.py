@@ -30,8 +30,11 @@ else:
 #: ``checkpoint(label="")``: record progress (see :func:`_hangkit_core.checkpoint`).
 #: Bound directly to the core function: no wrapper on the hot path.
 checkpoint = _core.checkpoint
+#: ``tgkill(pid, tid, signum)``: send a signal to one thread (see :func:`_hangkit_core.tgkill`).
+tgkill = _core.tgkill
 
-__all__ = ["watch", "unwatch", "watching", "checkpoint", "is_watching", "request_dump", "request_dumps", "status"]
+__all__ = ["watch", "unwatch", "watching", "checkpoint", "is_watching", "request_dump", "request_dumps", "status",
+           "tgkill"]
 
 
 def _rank_from_env():

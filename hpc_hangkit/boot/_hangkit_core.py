@@ -896,7 +896,10 @@ def server_tid(pid):
     return None
 
 
-def _tgkill(pid, tid, signum):
+def tgkill(pid, tid, signum):
+    """Send ``signum`` to thread ``tid`` of process ``pid`` (Linux ``tgkill``; elsewhere, or
+    without the syscall, ``kill`` when ``tid == pid``). Raises ProcessLookupError,
+    PermissionError, OSError."""
     nr = _SYS_TGKILL.get(os.uname().machine)
     if nr is not None:
         try:
@@ -944,11 +947,11 @@ def request_dump(pid, sig=DEFAULT_SIGNAL, direct=False):
     tid = None if direct else server_tid(pid)
     if tid is not None:
         try:
-            _tgkill(pid, tid, signum)
+            tgkill(pid, tid, signum)
             return "thread"
         except ProcessLookupError:
             pass  # the thread ended between lookup and signal: use the main thread
-    _tgkill(pid, pid, signum)
+    tgkill(pid, pid, signum)
     return "signal"
 
 

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Dict, List, NamedTuple, Optional
 
-from hpc_hangkit import layout
+from hpc_hangkit import fsio, layout
 
 
 @dataclass(frozen=True)
@@ -130,12 +130,8 @@ def write_vanished(scratch: str, rank: int, pid: int, host: str, seen: str,
     host = layout.validate_host(host)
     path = os.path.join(scratch, layout.VANISHED_DIR, layout.vanished_name(rank, pid))
     os.makedirs(os.path.dirname(path), 0o700, exist_ok=True)
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write("%spid=%d host=%s t=%.3f seen=%s\n" % (layout.VANISHED_PREFIX, pid, host,
-                                                       time.time() if t is None else t, seen))
-    os.replace(tmp, path)
+    fsio.write_atomic(path, "%spid=%d host=%s t=%.3f seen=%s\n" % (layout.VANISHED_PREFIX, pid, host,
+                                                                  time.time() if t is None else t, seen))
     return path
 
 

@@ -11,6 +11,8 @@ ever loses real output to an excuse or to a shorter copy of itself.
 import os
 from typing import Optional
 
+from hpc_hangkit import fsio
+
 #: how every why-file starts (:func:`unavailable_line`)
 WHY_PREFIX = b"hpc-hangkit: "
 
@@ -54,12 +56,7 @@ def choose(old: Optional[bytes], new: bytes) -> str:
 def _read_head(path: str, n: Optional[int] = None) -> Optional[bytes]:
     """The file's bytes (all, or the first ``n``), or None if there is no readable regular file."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        with os.fdopen(fd, "rb") as f:
-            return f.read() if n is None else f.read(n)
+        return fsio.read_regular(path, limit=fsio.DEFAULT_LIMIT if n is None else n)
     except OSError:
         return None
 
@@ -72,8 +69,7 @@ def write_why_file(path: str, tool: str, why: str) -> str:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     if choose(_read_head(path, 4096), data) == KEEP:
         return path
-    with open(path, "wb") as f:
-        f.write(data)
+    fsio.write_atomic(path, data)
     return path
 
 
@@ -107,8 +103,5 @@ def merge_file(path: str, data: bytes, host: str) -> Optional[str]:
         if os.path.lexists(path):
             return None
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    fsio.write_atomic(path, data)
     return path

@@ -14,7 +14,6 @@ nothing written into what another user made).
 """
 import errno
 import fcntl
-import hashlib
 import json
 import os
 import re
@@ -22,7 +21,7 @@ import socket
 import stat
 import time
 
-from hpc_hangkit import layout
+from hpc_hangkit import fsio, layout
 from hpc_hangkit.capture.whyfile import alt_name
 
 MANIFEST_NAME = "collect-manifest.json"
@@ -181,16 +180,10 @@ class Tree:
         regular file is refused with OSError(EINVAL). Returns (fd, stat)."""
         pfd, name = self._parent(rel)
         try:
-            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                         dir_fd=pfd)
+            return fsio.open_regular(pfd, name)
         finally:
             if pfd != self.root_fd:
                 os.close(pfd)
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            os.close(fd)
-            raise OSError(errno.EINVAL, "not a regular file (%s)" % _kind(st.st_mode))
-        return fd, st
 
     def unlink_if_same(self, rel, st):
         """Unlink rel if it is still the inode that was copied."""
@@ -254,27 +247,16 @@ class Tree:
         try:
             if st.st_size > limit:
                 raise OSError(errno.EFBIG, "%s is larger than %d bytes" % (name, limit))
-            return _read_all(fd, limit)
+            data = fsio.read_fd(fd, st.st_size, limit + 1)
         finally:
             os.close(fd)
+        if len(data) > limit:
+            raise OSError(errno.EFBIG, "file grew past %d bytes" % limit)
+        return data
 
     def write_atomic(self, name, data):
-        """Write a file in the root dir via a fresh temp file + rename."""
-        tmp = "%s.%d.tmp" % (name, os.getpid())
-        try:
-            os.unlink(tmp, dir_fd=self.root_fd)
-        except OSError:
-            pass
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o600, dir_fd=self.root_fd)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, name, src_dir_fd=self.root_fd, dst_dir_fd=self.root_fd)
+        """Write a file in the root dir via a fresh temp file + rename (:func:`hpc_hangkit.fsio.write_atomic`)."""
+        fsio.write_atomic(name, data, dir_fd=self.root_fd)
 
     def remove(self, name):
         try:
@@ -290,19 +272,6 @@ def _kind(mode):
         if test(mode):
             return name
     return "mode %o" % mode
-
-
-def _read_all(fd, limit):
-    chunks, n = [], 0
-    while True:
-        b = os.read(fd, _CHUNK)
-        if not b:
-            break
-        n += len(b)
-        if n > limit:
-            raise OSError(errno.EFBIG, "file grew past %d bytes" % limit)
-        chunks.append(b)
-    return b"".join(chunks)
 
 
 def open_attempt(scratch_dir, job_id, attempt, expect_uid=None):
@@ -839,7 +808,7 @@ def _copy_one(tree, store, rel, ent, host, may_alt, delete_local, log):
                 if rel_ in ("same", "remote_extends"):
                     # stored already, or a longer version of this append-only
                     # log (the owner node's file vs a capture/monitor copy)
-                    same, size, sha = True, st.st_size, _sha256_fd(fd)
+                    same, size, sha = True, st.st_size, fsio.sha256_fd(fd)[1]
                     if rel_ == "remote_extends":
                         note = "storage holds a longer version (this file is its prefix)"
                 elif rel_ == "differs" and may_alt:
@@ -883,18 +852,6 @@ def _relation(store, drel, fd, lsize, rsize):
     if lsize == rsize:
         return "same"
     return "local_extends" if lsize > rsize else "remote_extends"
-
-
-def _sha256_fd(fd):
-    os.lseek(fd, 0, os.SEEK_SET)
-    h = hashlib.sha256()
-    while True:
-        b = os.read(fd, _CHUNK)
-        if not b:
-            break
-        h.update(b)
-    os.lseek(fd, 0, os.SEEK_SET)
-    return h.hexdigest()
 
 
 def _safe_host(host):

@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
-from hpc_hangkit import layout
+from hpc_hangkit import fsio, layout
 from hpc_hangkit.capture.ranks import ALIVE, ENDED, GONE, UNKNOWN, Liveness, node_liveness, write_vanished
 from hpc_hangkit.capture.whyfile import unavailable_line, write_why_file
 from hpc_hangkit.evidence.source import PollContext, Source
@@ -641,10 +641,7 @@ def pyspy_rank(ctx, rp, timeout_s: float = PYSPY_TIMEOUT_S, sampling=None) -> st
         return write_why_file(out, "py-spy", why)
     head = capture_header(rp.rank, rp.pid, getattr(ctx, "host", None) or rp.host or socket.gethostname(),
                           t, time.monotonic() - m0, native, nonblocking, note)
-    tmp = out + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(head + data)
-    os.replace(tmp, out)
+    fsio.write_atomic(out, head + data)
     return out
 
 

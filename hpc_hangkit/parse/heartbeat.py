@@ -13,13 +13,12 @@ no writes.  Files are opened with O_NOFOLLOW (this runs in root-run code).
 import dataclasses
 import mmap
 import os
-import stat
 import struct
 import time
 import warnings
 from typing import List, Optional
 
-from hpc_hangkit import layout
+from hpc_hangkit import fsio, layout
 
 # the format is defined by the writer (the stdlib-only boot core)
 from hpc_hangkit.boot import _hangkit_core as _fmt
@@ -130,15 +129,14 @@ def read_heartbeat(path: str, timeout_s: float = 1.0) -> Optional[Heartbeat]:
     through the mapping, and the rank writes one slot at a time).
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK)
+        fd, st = fsio.open_regular(path)
+    except fsio.NotRegular:
+        warnings.warn("heartbeat %s: not a regular file" % path, HeartbeatWarning, stacklevel=2)
+        return None
     except OSError as e:
         warnings.warn("heartbeat %s: cannot open: %s" % (path, e.strerror or e), HeartbeatWarning, stacklevel=2)
         return None
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            warnings.warn("heartbeat %s: not a regular file" % path, HeartbeatWarning, stacklevel=2)
-            return None
         head = os.pread(fd, 16, 0)
         if len(head) < 16:
             warnings.warn("heartbeat %s: truncated at byte offset %d (record is at least %d bytes)"

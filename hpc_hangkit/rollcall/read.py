@@ -5,11 +5,10 @@ summaries) into one :class:`DirContents`. Names come from :mod:`hpc_hangkit.layo
 import json
 import os
 import re
-import stat
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
-from hpc_hangkit import layout
+from hpc_hangkit import fsio, layout
 from hpc_hangkit.parse.model import ParsedLog, basename
 from hpc_hangkit.rollcall.facts import SUMMARY_SUFFIX, SUMMARY_VERSION
 from hpc_hangkit.rollcall.prose import vanished_error
@@ -22,11 +21,7 @@ _SKIP_DIRS = frozenset((layout.FLIGHT_RECORDER_DIR, layout.NCCL_RAS_DIR, layout.
 #: hpc-hangkit's own outputs and job files next to the dumps
 _SKIP_FILES = frozenset((layout.REPORT_TXT, layout.REPORT_JSON, layout.EVENTS_FILE, layout.MONITOR_LOG,
                          layout.JOB_ENV_FILE))
-_MAX_FILE = 256 * 1024 * 1024
-#: bytes read beyond a file's size at open (a watchdog log still being written)
-_READ_SLACK = 64 * 1024
-#: reads beyond the first one (a file that grew past its size + slack) are this large at most
-_READ_CHUNK = 1024 * 1024
+_MAX_FILE = fsio.DEFAULT_LIMIT
 
 
 def rank_from_name(name: str) -> Optional[int]:
@@ -150,29 +145,18 @@ def _safe_read(path: str, warnings: List[str], stat_out: Optional[list] = None) 
     cut); None, silently, for a symlink or a special file; None with a warning when it cannot
     be read. ``stat_out`` gets the file's mtime (epoch s) appended."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-                     | getattr(os, "O_NONBLOCK", 0))
+        fd, st = fsio.open_regular(path)
+    except fsio.NotRegular:
+        return None
     except OSError as e:
         if os.path.islink(path):  # O_NOFOLLOW refused it; asked only here: one lstat less per file
             return None
         warnings.append("%s: cannot read (%s); skipped" % (path, e.strerror or e))
         return None
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return None
         if stat_out is not None:
             stat_out.append(st.st_mtime)
-        # ask for what is there (plus what a live writer may append meanwhile), not for the
-        # cap: a read of n bytes allocates n first (256 MiB per 21 KB dump was 5x the read)
-        want = min(st.st_size + _READ_SLACK, _MAX_FILE + 1)
-        parts = [os.read(fd, want)]
-        got = len(parts[0])
-        while parts[-1] and got <= _MAX_FILE:
-            # to the end (a short read is not the end until a read returns nothing), or past the cap
-            parts.append(os.read(fd, min(_MAX_FILE + 1 - got, want - got if got < want else _READ_CHUNK)))
-            got += len(parts[-1])
-        data = parts[0] if len(parts) <= 2 and not parts[-1] else b"".join(parts)
+        data = fsio.read_fd(fd, st.st_size, _MAX_FILE + 1)
     except OSError as e:
         warnings.append("%s: cannot read (%s); skipped" % (path, e.strerror or e))
         return None

@@ -23,7 +23,7 @@ import sys
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
-from hpc_hangkit import layout
+from hpc_hangkit import fsio, layout
 
 PLUGIN = "hangkit_spank.so"
 PLUGSTACK_ENTRY = "hpc-hangkit.conf"
@@ -130,11 +130,7 @@ def _write(path: str, text: str, mode: int, actions: List[str], dry_run: bool, k
     if dry_run:
         return
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = path + ".tmp-hpc-hangkit"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
+    fsio.write_atomic(path, text, mode)
 
 
 def plugstack_line(lib_dir: str, default_mode: str, scratch_dir: str, required: bool = False) -> str:

@@ -70,7 +70,7 @@ import time
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional
 
-from hpc_hangkit import layout, storage
+from hpc_hangkit import fsio, layout, storage
 from hpc_hangkit.capture.ranks import ALIVE, ENDED, GONE, UNKNOWN, Liveness, node_liveness
 from hpc_hangkit.evidence.stacks import together_after_s
 from hpc_hangkit.gather import read_tail
@@ -226,10 +226,7 @@ class View:
                 lv = f.get("liveness")
                 if isinstance(lv, list) and len(lv) == 2 and lv[0] in (ALIVE, GONE, ENDED, UNKNOWN):
                     self.liveness[name] = Liveness(lv[0], str(lv[1]))
-                tmp = dst + ".tmp"
-                with open(tmp, "wb") as fh:
-                    fh.write(data)
-                os.replace(tmp, dst)
+                fsio.write_atomic(dst, data)
                 n += 1
                 continue
             have = self.sizes.get(rel, 0)

@@ -24,10 +24,9 @@ root-owned scratch root; nothing the job's user owns is read.
 import errno
 import os
 import socket
-import stat
 from typing import Callable, List, Mapping, Optional, Tuple
 
-from hpc_hangkit import layout
+from hpc_hangkit import fsio, layout
 
 #: the host part of every per-job address: loopback only (the queries run on the node)
 RAS_HOST = "localhost"
@@ -84,15 +83,9 @@ def _open_ports_dir(scratch_fd: int, create: bool) -> Optional[int]:
 
 def _read_small(dir_fd: int, name: str) -> Optional[str]:
     try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+        return fsio.read_regular(dir_fd, name, _MAX).decode("ascii", "replace").strip()
     except OSError:
         return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        return os.read(fd, _MAX).decode("ascii", "replace").strip()
-    finally:
-        os.close(fd)
 
 
 def _stale(scratch_fd: int, holder: Optional[str]) -> bool:
@@ -219,11 +212,9 @@ def read_job_env(path: str) -> dict:
     """``KEY=VALUE`` lines of a ``hangkit.env`` as a dict ({} when unreadable). Read
     by the monitor, as the job's user. Never follows a symlink."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        text = fsio.read_regular(path, limit=64 * 1024).decode("utf-8", "replace")
     except OSError:
         return {}
-    with os.fdopen(fd, "rb") as f:
-        text = f.read(64 * 1024).decode("utf-8", "replace")
     out = {}
     for line in text.splitlines():
         k, sep, v = line.partition("=")
