@@ -26,7 +26,7 @@ def lint_cmd(paths, fmt, select, ignore, exclude, config_path):
     Rules (docs/lint.md): HK101-HK106 the deciding value is rank-dependent,
     HK201-HK205 it is rank-local. Silence one line with
     `# hangkit: ignore[HK101]` on the collective's or the branch's line.
-    Settings: [tool.hpc-hangkit.lint] select/ignore/exclude/collectives in
+    Settings: [tool.hpc-hangkit.lint] select/ignore/exclude/collectives/rank_sources in
     pyproject.toml; options given here replace select/ignore, add to exclude.
 
     \b
@@ -54,7 +54,7 @@ def lint_cmd(paths, fmt, select, ignore, exclude, config_path):
             raise click.UsageError("unknown rule code %r (known: %s)" % (code, ", ".join(sorted(RULES))))
     result = lint_paths(list(paths) or ["."], select=sel, ignore=ign,
                         exclude=list(cfg.get("exclude", [])) + list(exclude),
-                        collectives=cfg.get("collectives", []))
+                        collectives=cfg.get("collectives", []), rank_sources=cfg.get("rank_sources", []))
     render = {"text": render_text, "json": render_json, "sarif": render_sarif}[fmt]
     sys.stdout.write(render(result))
     if fmt != "text":

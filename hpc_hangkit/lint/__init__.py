@@ -21,18 +21,21 @@ class LintResult:
         self.lines = 0
 
 
-def lint_paths(paths, *, select=None, ignore=None, exclude=(), collectives=()):
+def lint_paths(paths, *, select=None, ignore=None, exclude=(), collectives=(), rank_sources=()):
     """Lint every ``*.py`` under ``paths`` (files or directories).
 
     ``select``/``ignore``: iterables of codes or code prefixes (``"HK1"``); ``exclude``:
     glob patterns matched against each path and each directory name; ``collectives``:
-    extra collective names (see :func:`hpc_hangkit.lint.collectives.extend`).
+    extra collective names (see :func:`hpc_hangkit.lint.collectives.extend`); ``rank_sources``:
+    extra names of calls/attributes whose value is the rank (see
+    :func:`hpc_hangkit.lint.collectives.extend_rank_sources`).
     Returns a :class:`LintResult`. Raises ``FileNotFoundError`` for a path that does not exist.
     """
     from hpc_hangkit.lint import collectives as C
 
     saved = C.snapshot()
     C.extend(collectives)
+    C.extend_rank_sources(rank_sources)
     try:
         return _lint(paths, select, ignore, exclude)
     finally:

@@ -15,6 +15,7 @@ import os
 from hpc_hangkit.lint import collectives as C
 from hpc_hangkit.lint.model import FuncFacts, dotted, functions_of, qualify, walk_local
 from hpc_hangkit.lint.taint import Taint, call_kind
+from hpc_hangkit.lint.taint import _is_flag as _flag
 
 __all__ = ["Project", "call_ref"]
 
@@ -34,6 +35,20 @@ def call_ref(mod, cls, scope, call):
         return None
     if parts[0] == "self" and len(parts) == 2 and cls:
         return ("self", mod.key, cls, parts[1])
+    if len(parts) == 2 or (len(parts) == 3 and parts[0] == "self"):
+        # a method of an object built from a tree class: `ckpt = Checkpointer(d); ckpt.save()`,
+        # `self.model = Model(...)` then `self.model.save()`
+        if parts[0] == "self":
+            typ = mod.attr_types.get((cls, parts[1])) if cls else None
+        else:
+            ff = mod.funcs.get(scope)
+            typ = ff.var_types.get(parts[0]) if ff is not None else None
+        if typ is not None:
+            if typ in mod.bases and typ not in mod.imports:
+                return ("cls", mod.key, typ, parts[-1])
+            q = qualify(mod, typ.split("."))
+            if q is not None:
+                return ("q", q + "." + parts[-1], mod.key)
     q = qualify(mod, parts)
     if q is not None:
         return ("q", q, mod.key)
@@ -73,6 +88,10 @@ class Project:
         self._aliases = {}
         self._cache = {}
         self._canon = {}
+        #: (module key, attribute name) -> rank level of ``param.attr = ...`` assignments in that
+        #: module (another object's flag: ``trainer.should_stop = True``); read as ``self.attr`` in
+        #: the same module
+        self.foreign = {}
 
     # ------------------------------------------------------------ building
     def add(self, mod):
@@ -103,7 +122,34 @@ class Project:
             self.funcs[(mod.key, qual)] = ff
             fns.append(ff)
         for ff in fns:
+            self._types(mod, ff)
+        for ff in fns:
             self._facts(mod, ff)
+
+    def _types(self, mod, ff):
+        """What objects are built from: ``x = TreeClass(...)`` (``var_types``), ``self.x =
+        TreeClass(...)`` (``mod.attr_types``), ``self.x = DDP(model)`` (``mod.collective_attrs``)."""
+        local = mod.local.get(id(ff.node))
+        for n in (local if local is not None else walk_local(ff.node)):
+            if not isinstance(n, ast.Assign) or len(n.targets) != 1:
+                continue
+            t = n.targets[0]
+            attr = _self_attr(t) if ff.cls else None
+            if attr is not None and "." not in attr:
+                for x in ast.walk(n.value):
+                    if isinstance(x, ast.Call):
+                        d = dotted(x.func)
+                        if d and d[-1] in C.WRAPPER_CLASSES:
+                            mod.collective_attrs[(ff.cls, attr)] = d[-1]
+            if not isinstance(n.value, ast.Call):
+                continue
+            d = dotted(n.value.func)
+            if not d or not d[-1][:1].isupper():
+                continue
+            if isinstance(t, ast.Name):
+                ff.var_types[t.id] = ".".join(d)
+            elif attr is not None and "." not in attr:
+                mod.attr_types.setdefault((ff.cls, attr), ".".join(d))
 
     def _facts(self, mod, ff):
         node = ff.node
@@ -133,9 +179,12 @@ class Project:
                     if ref is not None:
                         ff.calls.append((ref, n.lineno))
                         if taint is not None and (n.args or n.keywords):
-                            lv = {i: taint.level(a) for i, a in enumerate(n.args)
+                            # what a callee can do with data is mostly iterate it: hand the
+                            # trip-count level (a loader with a DistributedSampler: 0)
+                            lv = {i: taint.trip_level(a) for i, a in enumerate(n.args)
                                   if not isinstance(a, ast.Starred)}
-                            lv.update((k.arg, taint.level(k.value)) for k in n.keywords if k.arg)
+                            lv.update((k.arg, taint.trip_level(k.value)) for k in n.keywords
+                                      if k.arg and k.arg not in C.DISPLAY_KEYWORDS and not _flag(k.value))
                             lv = {k: v for k, v in lv.items() if v}
                             if lv:
                                 ff.arg_calls.append((ref, lv))
@@ -144,6 +193,14 @@ class Project:
                 rets.append(n.value)
             elif isinstance(n, ast.Return):
                 has_return = True
+            elif isinstance(n, ast.Assign) and taint is not None and any(
+                    isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id in params
+                    and t.value.id != "self" for t in n.targets):
+                # `trainer.should_stop = True` under a rank-local test: the flag is another object's
+                lv = max(taint.level(n.value), taint.guard_level(n))
+                for t in n.targets:
+                    if isinstance(t, ast.Attribute) and lv > self.foreign.get((mod.key, t.attr), 0):
+                        self.foreign[(mod.key, t.attr)] = lv
             elif isinstance(n, ast.Assign) and ff.cls:
                 for t in n.targets:
                     key = _self_attr(t)
@@ -173,6 +230,8 @@ class Project:
                         ff.ret_calls.append(ref)
         if ff.qualname != "<module>" and not has_return:
             ff.noreturn = any(_endless(n) for n in node.body)
+        if ff.qualname != "<module>":
+            ff.raises = _raises(node.body)
         if ff.marked and ff.direct is None:
             ff.direct = ff.qualname.rsplit(".", 1)[-1] + "()"
             ff.direct_line = ff.line
@@ -313,9 +372,14 @@ class Project:
         its method name when its receiver is named like a communicator (``from mylib import
         dist``; ``dist.barrier()``). ``"collective"``, ``"p2p"`` or None."""
         name, in_tree = self.canonical(q, origin)
-        if in_tree:
-            return C.classify_call(name, name.rsplit(".", 1)[-1], None) if C.is_configured(name) else None
         method = name.rsplit(".", 1)[-1]
+        if in_tree:
+            if C.is_configured(name):
+                return C.classify_call(name, method, None)
+            # an attribute of a tree module's variable (`mpi.comm.alltoall` with `comm =
+            # MPI.COMM_WORLD` in mpi.py): by the method and the receiver's name
+            parts = name.split(".")
+            return C.classify_call(None, method, parts[-2]) if len(parts) > 2 else None
         kind = C.classify_call(name, method, None)
         if kind is None and "." in name and not name.startswith(C.COLLECTIVE_MODULES):
             recv = name.rsplit(".", 2)[-2]
@@ -363,6 +427,10 @@ class Project:
                     callers.setdefault(id(callee), []).append((ff, line))
                 elif ff.witness is None and ref[0] == "q" and self.classify_q(ref[1], ref[2]) == "collective":
                     ff.direct = ff.witness = ref[1].rsplit(".", 1)[-1]
+                    ff.direct_line = line
+                    ff.via = (line, None)
+                elif ff.witness is None and ref[0] == "self" and self.wrapper(ref) is not None:
+                    ff.direct = ff.witness = self.wrapper(ref)
                     ff.direct_line = line
                     ff.via = (line, None)
             for ref in ff.ret_calls:
@@ -453,6 +521,15 @@ class Project:
             return None
         return self._method(mod.key, cls, "__init__", 0)
 
+    def wrapper(self, ref):
+        """``"forward of DDP"`` when a ``("self", key, cls, attr)`` ref calls an attribute built
+        from a collective module wrapper (:data:`~hpc_hangkit.lint.collectives.WRAPPER_CLASSES`)."""
+        if ref is None or ref[0] != "self":
+            return None
+        mod = self.modules.get(ref[1])
+        w = mod.collective_attrs.get((ref[2], ref[3])) if mod is not None else None
+        return ("forward of %s" % w) if w else None
+
     # ------------------------------------------------------------ queries (Taint, rules)
     def callee(self, mod, cls, scope, call):
         """The tree function ``call`` resolves to, or None."""
@@ -468,7 +545,7 @@ class Project:
         of ``mod`` (assignments in its methods, and its bases' in the same module)."""
         if not cls:
             return 0
-        lv = mod.attr_levels.get((cls, attr), 0)
+        lv = mod.attr_levels.get((cls, attr), self.foreign.get((mod.key, attr), 0) if "." not in attr else 0)
         for base in mod.bases.get(cls, ()):
             if base in mod.bases and base != cls:
                 lv = max(lv, mod.attr_levels.get((base, attr), 0))
@@ -494,6 +571,21 @@ def _self_attr(t):
     if parts and parts[0] == "self" and 2 <= len(parts) <= 4:
         return ".".join(parts[1:])
     return None
+
+
+def _raises(body):
+    """True when ``body`` raises outside a ``try`` of its own (nested functions not entered)."""
+    stack = list(body)
+    while stack:
+        n = stack.pop()
+        if isinstance(n, ast.Raise):
+            return True
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)) or \
+                isinstance(n, ast.Try) or type(n).__name__ == "TryStar":
+            continue
+        if isinstance(n, ast.stmt):
+            stack.extend(c for c in ast.iter_child_nodes(n) if isinstance(c, ast.stmt))
+    return False
 
 
 def _endless(st):

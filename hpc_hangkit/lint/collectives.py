@@ -22,7 +22,7 @@ __all__ = ["COLLECTIVE_MODULES", "DISTINCT", "GENERIC", "COMMISH", "P2P_SEND", "
            "LOCAL_CALLS", "LOCAL_METHODS", "DATAISH", "MARK_DECORATORS", "MEMBERSHIP", "EXTRA_PLAIN", "extend",
            "snapshot", "restore", "classify_call", "RANK_CALL_RE", "RANK_ATTR_RE", "LOCAL_DATA_METHODS",
            "LOCAL_DATA_CALLS", "DISPLAY_KEYWORDS", "extend_rank_sources", "is_rank_call", "is_configured",
-           "configured_method"]
+           "configured_method", "LIBRARY_METHODS", "SYNC_LOG_METHODS", "WRAPPER_CLASSES"]
 
 #: qualified-name prefixes whose functions named in DISTINCT or GENERIC are collectives
 COLLECTIVE_MODULES = ("torch.distributed", "mpi4py", "accelerate", "lightning", "pytorch_lightning",
@@ -53,6 +53,21 @@ GENERIC = {"barrier", "broadcast", "gather", "scatter", "reduce", "scan", "exsca
 COMMISH = re.compile(r"(^|_)(comm|mpi|world|strategy|accelerator|dist|pg|process_group|group|fabric|"
                      r"trainer|backend|communicator|hvd|deepspeed)s?$|^comm|^COMM_|comm$", re.I)
 
+#: library methods that are collective, matched on a receiver named like their owner:
+#: ``accelerator.save_state`` (DeepSpeed/FSDP checkpoints synchronise), a DeepSpeed engine's
+#: ``save_checkpoint``/``load_checkpoint`` (ZeRO shards, barriers inside)
+LIBRARY_METHODS = {
+    "save_state": re.compile(r"(^|_)accelerator$", re.I),
+    "load_state": re.compile(r"(^|_)accelerator$", re.I),
+    "save_checkpoint": re.compile(r"(^|_)(engine|model_engine|ds_engine|deepspeed_engine|ds_model)$", re.I),
+    "load_checkpoint": re.compile(r"(^|_)(engine|model_engine|ds_engine|deepspeed_engine|ds_model)$", re.I),
+}
+#: logging methods that reduce across processes when given ``sync_dist=True`` (Lightning)
+SYNC_LOG_METHODS = {"log", "log_dict"}
+#: module wrappers whose forward is collective (DDP broadcasts buffers, FSDP all-gathers parameters):
+#: ``self.model = DDP(model)`` makes ``self.model(x)`` a collective
+WRAPPER_CLASSES = {"DistributedDataParallel", "FullyShardedDataParallel", "DDP", "FSDP"}
+
 #: blocking point-to-point (never collectives: only the two ends take part)
 P2P_SEND = {"send", "Send", "ssend", "Ssend"}
 P2P_RECV = {"recv", "Recv"}
@@ -71,7 +86,7 @@ RANK_CALLS = {"get_rank", "get_local_rank", "get_node_local_rank", "get_global_r
               "Get_rank", "get_process_index", "get_local_process_index", "get_dist_info"}
 #: a function whose name says it answers with the rank or a rank test (``get_rank_and_world_size``,
 #: ``dist_rank``, ``rank_is_root``, ``is_main_process``, ``is_rank_zero``...)
-RANK_CALL_RE = re.compile(r"^_*(get_\w*rank\w*|\w+_rank|rank|rank_is_\w+|is_(main|master|root_rank|rank_?(0|zero)|"
+RANK_CALL_RE = re.compile(r"^_*(get_\w*rank\w*|\w+_rank|rank|rank_is_\w+|(if_|on_)?main_process|is_(main|master|root_rank|rank_?(0|zero)|"
                           r"global_zero|local_zero|local_main|leader|chief|first_rank|primary)\w*|"
                           r"(local_|global_)?rank_?(0|zero))$", re.I)
 #: names matching RANK_CALL_RE that are not the process's rank (a matrix's rank, peers, sizes)
@@ -213,6 +228,9 @@ def classify_call(qualified, method, receiver):
                 return "p2p"
         return None
     if method in DISTINCT:
+        return "collective"
+    lib = LIBRARY_METHODS.get(method)
+    if lib is not None and receiver is not None and lib.search(receiver):
         return "collective"
     if receiver is not None and COMMISH.search(receiver):
         if method in GENERIC:

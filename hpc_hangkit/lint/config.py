@@ -1,13 +1,14 @@
 """``[tool.hpc-hangkit.lint]`` in pyproject.toml: the lint's project settings.
 
 Keys: ``select``, ``ignore`` (lists of codes or prefixes), ``exclude`` (glob patterns),
-``collectives`` (extra collective names: ``"pkg.mod.func"`` or a method name).
+``collectives`` (extra collective names: ``"pkg.mod.func"``, ``"Class.method"`` or a method name),
+``rank_sources`` (extra names of calls or attributes whose value is the rank: ``"should_save"``).
 """
 import os
 
 __all__ = ["KEYS", "find_pyproject", "load_config"]
 
-KEYS = ("select", "ignore", "exclude", "collectives")
+KEYS = ("select", "ignore", "exclude", "collectives", "rank_sources")
 
 
 def find_pyproject(start):

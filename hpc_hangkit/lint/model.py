@@ -31,7 +31,7 @@ class FuncFacts:
 
     __slots__ = ("module", "path", "qualname", "cls", "line", "calls", "direct", "direct_line", "marked",
                  "ret_level", "ret_calls", "noreturn", "witness", "via", "node", "params", "param_levels",
-                 "arg_calls", "attr_params")
+                 "arg_calls", "attr_params", "raises", "var_types")
 
     def __init__(self, module, qualname, cls, line, node, path=None):
         self.module = module
@@ -58,6 +58,10 @@ class FuncFacts:
         self.arg_calls = []
         #: ``(class, attr) -> {parameter names, call refs}``: ``self.attr = <expression of these>``
         self.attr_params = {}
+        #: it raises outside any ``try`` of its own (a caller's rank branch that calls it may raise)
+        self.raises = False
+        #: local name -> dotted name of the tree class it is built from (``ckpt = Checkpointer(d)``)
+        self.var_types = {}
 
 
 def _params(node):
@@ -76,7 +80,7 @@ class ModuleFacts:
     ``self.attr`` assignments), ``ignores`` (line -> set of codes, ``"*"`` for all), ``lines``."""
 
     __slots__ = ("path", "key", "name", "imports", "stars", "funcs", "bases", "attr_levels", "ignores", "lines",
-                 "tree", "is_package", "has_p2p", "local", "rankish")
+                 "tree", "is_package", "has_p2p", "local", "rankish", "attr_types", "collective_attrs")
 
     def __init__(self, path, name, tree, text, is_package=False):
         self.path = path
@@ -89,6 +93,10 @@ class ModuleFacts:
         self.funcs = {}
         self.bases = {}
         self.attr_levels = {}
+        #: (class, attr) -> dotted name of the class ``self.attr`` is built from (``self.model = Model(...)``)
+        self.attr_types = {}
+        #: (class, attr) -> wrapper name, for ``self.attr = DDP(model)``: calling it is collective
+        self.collective_attrs = {}
         self.ignores = parse_ignores(self.lines)
         self.is_package = is_package
         self.has_p2p = False

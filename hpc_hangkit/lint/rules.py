@@ -32,6 +32,9 @@ RULES = {
               "a collective inside a loop whose trip count is rank-dependent"),
     "HK106": ("symmetric-blocking-send",
               "every rank does a blocking send to a rank-computed peer before its receive"),
+    "HK107": ("root-only-buffer-size",
+              "every rank reaches a reduction, but its buffer is built under a rank-dependent branch "
+              "(its size can differ between ranks)"),
     "HK201": ("collective-under-local-condition",
               "a collective reached only when a rank-local condition holds (file checks, clocks, random, "
               "per-rank data, torch.cuda state, an except handler)"),
@@ -219,6 +222,8 @@ class _Walker:
                            g.line, "runs once per iteration of a loop whose trip count is %s"
                            % ("rank-dependent" if dep else "rank-local"))
             elif g.kind == "except":
+                if name in C.ABORTS:
+                    return  # tearing the group down on an error is the cure, not the hang
                 self._emit("HK201", call, w, g.line, "runs only on ranks that raised, in this except handler")
             else:
                 self._emit("HK101" if dep else "HK201", call, w, g.line,
@@ -240,6 +245,12 @@ class _Walker:
                            "comes after a %s early %s: the ranks that leave never reach it"
                            % ("rank-dependent" if dep else "rank-local", e.kind))
             return
+        if name in _SIZE_MUST_MATCH and call.args and isinstance(call.args[0], ast.Name):
+            line = self.taint.guarded_by.get(call.args[0].id)
+            if line is not None and call.args[0].id not in self.taint.agreed:
+                self._emit("HK107", call, w, line,
+                           "gets `%s`, built under a rank-dependent branch: every rank must hand it a buffer "
+                           "of the same size" % call.args[0].id)
 
     def group_create(self, call):
         for k in call.keywords:
@@ -258,9 +269,9 @@ class _Walker:
         break, exit); ``abort`` True when the branch also calls an abort."""
         kinds = set()
         abort = False
-        stack = [(st, False) for st in stmts]
+        stack = [(st, False, False) for st in stmts]
         while stack:
-            n, in_loop = stack.pop()
+            n, in_loop, in_try = stack.pop()
             if isinstance(n, _DEFS):
                 continue
             if isinstance(n, ast.Return):
@@ -280,12 +291,19 @@ class _Walker:
                 callee = self.project.callee(self.mod, self.ff.cls, self.ff.qualname, n)
                 if callee is not None and callee.noreturn:
                     kinds.add("exit")
+                if callee is not None and callee.raises and not in_try:
+                    kinds.add("raise")  # a helper that raises: the branch raises through it
             if isinstance(n, _LOOPS):
-                stack.extend((c, True) for c in n.body)
-                stack.extend((c, in_loop) for c in n.orelse)
-                stack.append((n.test if isinstance(n, ast.While) else n.iter, in_loop))
+                stack.extend((c, True, in_try) for c in n.body)
+                stack.extend((c, in_loop, in_try) for c in n.orelse)
+                stack.append((n.test if isinstance(n, ast.While) else n.iter, in_loop, in_try))
                 continue
-            stack.extend((c, in_loop) for c in ast.iter_child_nodes(n))
+            if isinstance(n, ast.Try) and n.handlers:
+                stack.extend((c, in_loop, True) for c in n.body)
+                for c in n.handlers + n.orelse + n.finalbody:
+                    stack.append((c, in_loop, in_try))
+                continue
+            stack.extend((c, in_loop, in_try) for c in ast.iter_child_nodes(n))
         return kinds, abort
 
     # ---------------------------------------------------------------- statements
@@ -310,6 +328,7 @@ class _Walker:
         and whose bodies reach the same collectives."""
         seen = {}
         out = set()
+        ranked = []
         for st in stmts:
             if not isinstance(st, ast.If) or st.orelse:
                 continue
@@ -321,7 +340,42 @@ class _Walker:
                     and self.sigs(st.body):
                 out.update((id(other), id(st)))
             seen[(key, neg)] = st
+            # `if rank not in [-1, 0]: barrier()` ... `if rank == 0: barrier()`: the other ranks
+            # wait first, rank 0 last (main-process-first), told apart by the test's sense
+            pol = self._polarity(t)
+            if pol is not None and id(st) not in out and self.taint.test_level(t) == 2:
+                sig = [w for w, _ in self.sigs(st.body)]
+                if sig:
+                    for other, opol, osig in ranked:
+                        if opol == -pol and osig == sig and id(other) not in out:
+                            out.update((id(other), id(st)))
+                            break
+                    else:
+                        ranked.append((st, pol, sig))
         return out
+
+    def _polarity(self, t):
+        """+1 for a test that holds on the chosen rank(s) (``rank == 0``, ``is_main``, ``rank in
+        (-1, 0)``), -1 for one that holds on the others (``rank != 0``, ``not is_main``), None
+        when the lint cannot tell."""
+        if isinstance(t, ast.UnaryOp) and isinstance(t.op, ast.Not):
+            p = self._polarity(t.operand)
+            return -p if p is not None else None
+        if isinstance(t, ast.BoolOp) and isinstance(t.op, ast.And):
+            for v in t.values:
+                if self.taint.level(v) == 2:
+                    return self._polarity(v)
+            return None
+        if isinstance(t, ast.Compare) and len(t.ops) == 1:
+            op = t.ops[0]
+            if isinstance(op, (ast.Eq, ast.In, ast.Is, ast.Lt, ast.LtE)):
+                return 1
+            if isinstance(op, (ast.NotEq, ast.NotIn, ast.IsNot, ast.Gt, ast.GtE)):
+                return -1
+            return None
+        if isinstance(t, (ast.Name, ast.Attribute, ast.Call)):
+            return 1
+        return None
 
     def stmt(self, st, guards, loops, rest=()):
         if isinstance(st, _DEFS):
@@ -370,12 +424,35 @@ class _Walker:
                 lv = self.taint.iter_level(st.iter)
             g = (_Guard(st.lineno, lv, "loop"),) if lv else ()
             self.block(st.body, guards + g, loops + (st,))
+            breaks = [e for e in self.exits if e.loop is st and e.kind == "break"]
+            if breaks:
+                # a rank-dependent break ends the loop on some ranks: the others run the
+                # collectives before it once more, in the next iteration
+                e = breaks[0]
+                for call in _calls_in([x for x in st.body if getattr(x, "lineno", 0) < e.line
+                                       and not isinstance(x, _DEFS)]):
+                    w = self.witness(call)
+                    if w:
+                        dep = e.level == 2
+                        self._emit("HK102" if dep else "HK202", call, w, e.line,
+                                   "runs again in the next iteration on the ranks that do not take the %s break "
+                                   "below it" % ("rank-dependent" if dep else "rank-local"))
             self.exits = [e for e in self.exits if e.loop is not st]
             self.block(st.orelse, guards, loops)
         elif isinstance(st, ast.Try) or type(st).__name__ == "TryStar":
             self.block(st.body, guards, loops)
             for h in st.handlers:
+                before = list(self.exits)
                 self.block(h.body, guards + (_Guard(h.lineno, 1, "except"),), loops)
+                self.exits = before
+                if self.members_only:
+                    continue
+                kinds, abort = self.exits_of(h.body)
+                if abort:
+                    continue
+                for kind in sorted(kinds & {"return", "continue", "break", "exit"}):
+                    loop = loops[-1] if kind in ("continue", "break") and loops else None
+                    self.exits.append(_Exit(h.lineno, 1, kind, loop, False))
             self.block(st.orelse, guards, loops)
             self.block(st.finalbody, guards, loops)
         elif isinstance(st, (ast.With, ast.AsyncWith)):
@@ -410,6 +487,12 @@ class _Walker:
             if k.arg in ("dst", "dest", "group_dst"):
                 return self.taint.level(k.value)
         return self.taint.level(call.args[1]) if len(call.args) > 1 else 0
+
+
+#: collectives whose send buffer must have the same size on every rank (mpi4py buffer API, torch
+#: reductions); a broadcast's receive buffer and the pickle API (``comm.reduce(obj)``) are left out
+_SIZE_MUST_MATCH = {"Reduce", "Allreduce", "Allgather", "Reduce_scatter_block", "Scan", "Exscan", "all_reduce",
+                    "reduce", "all_gather_into_tensor", "reduce_scatter_tensor"}
 
 
 def _line_text(project, path, line, here):

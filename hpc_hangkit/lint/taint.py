@@ -13,6 +13,7 @@ assigned to it. A name handed to a collective that makes it equal everywhere
 Stdlib only.
 """
 import ast
+import re
 
 from hpc_hangkit.lint import collectives as C
 from hpc_hangkit.lint.model import dotted, qualify, walk_local
@@ -53,6 +54,10 @@ class Taint:
         self.guards = {}
         #: ids of statements under a single-process branch (``if not dist.is_initialized():``)
         self.single = set()
+        #: name -> the ``disable=`` expression of the progress bar assigned to it
+        self.bars = {}
+        #: name -> line of the rank-dependent branch it is assigned under (``if rank == 0: n = 4``)
+        self.guarded_by = {}
         if facts is None and project is not None:
             facts = _facts_of(project, mod, fn)
         self.params = dict(facts.param_levels) if facts is not None else {}
@@ -72,6 +77,10 @@ class Taint:
                 conds = self.guards.get(id(n), ())
                 for t in n.targets:
                     assigns.extend(_pairs(t, n.value, conds))
+                if isinstance(n.value, ast.Call) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name):
+                    for k in n.value.keywords:
+                        if k.arg == "disable":
+                            self.bars[n.targets[0].id] = k.value
             elif isinstance(n, (ast.AugAssign, ast.AnnAssign)) and n.value is not None:
                 if id(n) not in self.single:
                     assigns.append((n.target, n.value, self.guards.get(id(n), ()), None))
@@ -104,6 +113,12 @@ class Taint:
                         changed = True
             if not changed:
                 break
+        for target, value, conds, part in assigns:
+            for kind, c in conds:
+                if kind == "if" and self.test_level(c) == 2:
+                    for name in _names(target):
+                        self.guarded_by.setdefault(name, c.lineno)
+                    break
 
     def _scan_guards(self, stmts, conds):
         """Record the branch conditions each assignment statement is under (control
@@ -197,6 +212,9 @@ class Taint:
         if isinstance(e, ast.Attribute):
             if e.attr in C.RANK_NAMES or C.RANK_ATTR_RE.match(e.attr):
                 return 2
+            if e.attr in _BAR_COUNTERS and isinstance(e.value, ast.Name) and e.value.id in self.bars:
+                # a progress bar disabled on some ranks never advances its counter there
+                return self.level(self.bars[e.value.id])
             lv = 0
             if self.project is not None and self.cls:
                 d = dotted(e)
@@ -233,6 +251,8 @@ class Taint:
             inner = e.operand if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not) else e
             if isinstance(inner, (ast.Name, ast.Attribute)) and _data_name(inner):
                 lv = max(lv, 1)
+            elif lv == 0 and _emptiness(inner):
+                lv = 1
         return lv
 
     def iter_level(self, e):
@@ -287,7 +307,7 @@ class Taint:
             if lv == 2:
                 return lv
         for k in call.keywords:
-            if k.arg not in C.DISPLAY_KEYWORDS:
+            if k.arg not in C.DISPLAY_KEYWORDS and not _is_flag(k.value):
                 lv = max(lv, self.level(k.value))
         return lv
 
@@ -307,6 +327,8 @@ class Taint:
         if isinstance(e, ast.Call):
             f = e.func
             name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+            if name in _EQUAL_COUNT or any(k.arg in ("sampler", "batch_sampler") for k in e.keywords):
+                return 0  # DistributedSampler & co. give every rank as many items
             if isinstance(f, ast.Name) and name in _COUNTING and name not in self.mod.imports and e.args:
                 if name == "range":
                     return max(self.level(a) for a in e.args)
@@ -315,6 +337,51 @@ class Taint:
             if isinstance(f, ast.Attribute) and name in ("items", "keys", "values") and not e.args:
                 return self.trip_level(f.value)
         return self.level(e)
+
+_EQUAL_COUNT = {"DistributedSampler", "ElasticDistributedSampler", "DistributedBatchSampler"}
+#: attributes of a progress bar that count what it displayed (tqdm's ``n``)
+_BAR_COUNTERS = {"n", "last_print_n"}
+_SIZE_METHODS = {"numel", "nelement", "__len__", "count_nonzero"}
+_FLAG = re.compile(r"^(is_|rank_is_|has_|should_|use_|if_|on_)")
+
+
+def _is_flag(e):
+    """True for a keyword value that is a yes/no switch (``create=rank_is_root``, ``disable=not
+    is_main``, ``force=rank == 0``): it steers what a call does, not the size of what it returns."""
+    if isinstance(e, (ast.Compare, ast.BoolOp)) or (isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not)):
+        return True
+    if isinstance(e, ast.Call):
+        e = e.func
+    d = dotted(e)
+    return bool(d) and bool(_FLAG.match(d[-1]))
+
+
+def _size_of(e):
+    """True for ``len(x)``, ``x.numel()``, ``x.shape[0]``, ``x.size(0)``, ``x.size``."""
+    if isinstance(e, ast.Call):
+        f = e.func
+        if isinstance(f, ast.Name) and f.id == "len" and len(e.args) == 1:
+            return not isinstance(e.args[0], (ast.Constant, ast.List, ast.Tuple, ast.Dict))
+        return isinstance(f, ast.Attribute) and (f.attr in _SIZE_METHODS or (f.attr == "size" and e.args))
+    if isinstance(e, ast.Subscript) and isinstance(e.value, ast.Attribute) and e.value.attr == "shape":
+        return True
+    return isinstance(e, ast.Attribute) and e.attr == "size"
+
+
+def _emptiness(e):
+    """True for an explicit emptiness test of per-process data: ``x.numel() == 0``,
+    ``len(x) == 0``, ``x.shape[0] == 0``, ``not len(x)``: how much of the data a process holds
+    is the usual thing that differs between ranks."""
+    if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not):
+        return _size_of(e.operand)
+    if isinstance(e, ast.Compare) and len(e.ops) == 1:
+        left, op, right = e.left, e.ops[0], e.comparators[0]
+        if isinstance(right, ast.Constant) and right.value == 0 and isinstance(op, (ast.Eq, ast.NotEq, ast.Gt)):
+            return _size_of(left)
+        if isinstance(right, ast.Constant) and right.value == 1 and isinstance(op, (ast.Lt, ast.GtE)):
+            return _size_of(left)
+    return False
+
 
 _COUNTING = {"range", "enumerate", "zip", "reversed", "sorted", "list", "tuple", "iter"}
 
@@ -447,7 +514,12 @@ def call_kind(mod, call):
     else:
         return None, None
     q = qualify(mod, parts) if parts else None
-    return C.classify_call(q, method, receiver), method
+    kind = C.classify_call(q, method, receiver)
+    if kind is None and method in C.SYNC_LOG_METHODS and any(
+            k.arg == "sync_dist" and not (isinstance(k.value, ast.Constant) and not k.value.value)
+            for k in call.keywords):
+        kind = "collective"  # Lightning's self.log(..., sync_dist=True) reduces across processes
+    return kind, method
 
 
 def _names(target):

@@ -2,7 +2,7 @@
 # Bug: every rank reaches the Reduce, but a rank that holds no cells sizes its buffer from a
 #      default shape; with MPI.SIZE > number of cells the buffers disagree and the sum hangs.
 # Class: every rank reaches the collective, its size argument is computed under a rank-dependent branch
-# expect: * collective=19 branch=14
+# expect: HK107 collective=19 branch=14
 import numpy
 from mpi4py import MPI
 

@@ -4,7 +4,7 @@
 #      disagree on when to evaluate and gather_for_metrics waits for ever.
 # Class: a rank-dependent value hidden in an object built with a display keyword
 #        (tqdm(disable=not is_main_process)): the counter, not the keyword, is rank-dependent
-# expect: HK101 collective=15 branch=27
+# expect: HK101 collective=15|28 branch=27
 from tqdm.auto import tqdm
 
 
