@@ -16,7 +16,6 @@ writes ``flight_recorder/rank_<r>.json`` + ``.pickle`` when signalled.
 - :func:`write_torchfrtrace` writes pickles PyTorch's own ``torchfrtrace``
   reads (gloo's ``pg_config`` keyed by ``''`` and without sub-groups is rebuilt).
 """
-import ctypes
 import gc
 import glob
 import json
@@ -24,13 +23,12 @@ import logging
 import re
 import os
 import pickle
-import platform
 import signal
 import sys
 import time
 from typing import Dict, List, Optional, Tuple
 
-from hpc_hangkit import layout
+from hpc_hangkit import fsio, layout
 from hpc_hangkit.capture.ranks import pid_alive
 from hpc_hangkit.evidence.source import Source
 from hpc_hangkit.parse.flightrec import (MAX_DUMP_BYTES, MAX_EXPANSION, FRDump, FRParseError, dump_from_summary,
@@ -41,34 +39,6 @@ log = logging.getLogger("hpc_hangkit.evidence.flightrec")
 
 DUMP_TIMEOUT_S = 20.0   # the first dump with stack traces took 1-4 s (FINDINGS)
 
-def _tgkill(pid: int, tid: int, sig: int) -> None:
-    """Send ``sig`` to thread ``tid`` of process ``pid`` (Linux tgkill; syscall numbers from the
-    watchdog core). Raises OSError."""
-    from hpc_hangkit.arm.watchdog import _core
-    nr = _core._SYS_TGKILL.get(platform.machine())
-    if nr is None:
-        raise OSError("tgkill: unknown syscall number on %s" % platform.machine())
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.syscall(ctypes.c_long(nr), ctypes.c_long(pid), ctypes.c_long(tid), ctypes.c_long(sig)) != 0:
-        e = ctypes.get_errno()
-        raise OSError(e, os.strerror(e))
-
-
-def _read_nofollow(path: str, limit: int = 256 << 20) -> bytes:
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    try:
-        chunks, n = [], 0
-        while n < limit:
-            b = os.read(fd, 1 << 20)
-            if not b:
-                break
-            chunks.append(b)
-            n += len(b)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
 def _registrations(scratch: str) -> List[dict]:
     """The trigger files under ``scratch`` (written by the ranks: hostile input). A pid/tid that is
     not a positive process id (pid 1 and negative pids included: kill(-1) is every process), a
@@ -77,7 +47,7 @@ def _registrations(scratch: str) -> List[dict]:
     trigger_dir = os.path.join(scratch, layout.FLIGHT_RECORDER_DIR, layout.FR_TRIGGER_DIR)
     for p in sorted(glob.glob(os.path.join(trigger_dir, "rank_*.pid*"))):
         try:
-            kv = dict(x.split("=", 1) for x in _read_nofollow(p, 4096).decode().split() if "=" in x)
+            kv = dict(x.split("=", 1) for x in fsio.read_regular(p, limit=4096).decode().split() if "=" in x)
             reg = {"pid": int(kv["pid"]), "tid": int(kv["tid"]), "signal": kv.get("signal", "SIGWINCH"),
                    "rank": None if kv.get("rank", "x") == "x" else int(kv["rank"]), "path": p}
             if not (1 < reg["pid"] < 1 << 22 and 0 < reg["tid"] < 1 << 22) or (reg["rank"] or 0) < 0:
@@ -92,8 +62,7 @@ def _registrations(scratch: str) -> List[dict]:
 
 def _write_json(path: str, doc: dict) -> str:
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(doc, f)
+    fsio.write_atomic(path, json.dumps(doc))
     return path
 
 
@@ -129,9 +98,10 @@ def dump_ranks(scratch: str, hd_dir: str, ranks=None, timeout_s: float = DUMP_TI
     t0 = time.time()
     pending = {}
     out: Dict[int, str] = {}
+    from hpc_hangkit.arm.watchdog import tgkill   # loads the rank core: only when signalling
     for rank, r in sorted(regs.items()):
         try:
-            _tgkill(r["pid"], r["tid"], int(signal.Signals[r["signal"]]))
+            tgkill(r["pid"], r["tid"], int(signal.Signals[r["signal"]]))
             pending[rank] = r
         except OSError as e:
             out[rank] = _write_json(os.path.join(dst_dir, "rank_%d.json" % rank),
@@ -152,11 +122,10 @@ def dump_ranks(scratch: str, hd_dir: str, ranks=None, timeout_s: float = DUMP_TI
                 if os.path.abspath(s) == os.path.abspath(d):
                     continue
                 try:
-                    data = _read_nofollow(s)
+                    data = fsio.read_regular(s)
                 except OSError:
                     continue
-                with open(d, "wb") as f:
-                    f.write(data)
+                fsio.write_atomic(d, data)
             out[rank] = os.path.join(dst_dir, "rank_%d.json" % rank)
             del pending[rank]
         if pending:
@@ -456,7 +425,7 @@ def _read_ordered(files, by_rank, warns, have, left, pending):
             if have(name):
                 continue
             try:  # one byte over the parser's cap, so an oversized file is named as such, not as truncated
-                data = _read_nofollow(p, MAX_DUMP_BYTES + 1)
+                data = fsio.read_regular(p, limit=MAX_DUMP_BYTES + 1)
             except OSError as e:
                 warns.append("warning: %s" % e)
                 continue
