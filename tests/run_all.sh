@@ -12,10 +12,11 @@
 #                  cluster (pytest runs what it is given, e.g. -m "not slurm").
 #                  Default: native.
 #
-# Python: $PYTHON if set; else python3, unless it is Debian's externally managed
-# one (PEP 668: pip refuses to install into it), in which case a virtual
-# environment is made at $HK_VENV (default /opt/hpc-hangkit-test, tools/venv.sh,
-# installing python3-venv if missing) and everything is installed there.
+# Python: $PYTHON if set (used as it is); else a virtual environment at $HK_VENV
+# (default /opt/hpc-hangkit-test, made from python3 by tools/venv.sh, installing
+# python3-venv if missing) where everything is installed: the tests run in what a
+# user's `pip install -e '.[test]'` gives, and `pip check` holds there (packages
+# installed into the system interpreter by others cannot break it).
 set -euo pipefail
 # closed stdin: as in slurm/testbed/up.sh, for pytest and the sruns its tests start
 [ -e /proc/$$/fd/0 ] || exec </dev/null
@@ -26,13 +27,12 @@ if [ "${1:-}" = --slurm ]; then
   [ $# -ge 2 ] || { echo "run_all.sh: --slurm needs a list (native,22.05,24.11,26.05 or all)" >&2; exit 2; }
   RELEASES=$2; shift 2
 fi
-PY=${PYTHON:-python3}
-if [ -z "${PYTHON:-}" ] && "$PY" -c 'import os, sys, sysconfig
-sys.exit(0 if sys.prefix == sys.base_prefix and os.path.exists(
-    os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")) else 1)' 2>/dev/null; then
+PY=${PYTHON:-}
+if [ -z "$PY" ]; then
   HK_VENV=${HK_VENV:-/opt/hpc-hangkit-test}
   sh tools/venv.sh "$HK_VENV"
   PY=$HK_VENV/bin/python
+  export VIRTUAL_ENV=$HK_VENV PATH=$HK_VENV/bin:$PATH   # activated, as a user's: py-spy, hpc-hangkit on PATH
 fi
 
 step() { printf '\n== %s (%s)\n' "$*" "$(date -u +%H:%M:%S)"; }
@@ -52,6 +52,7 @@ fi
 step "pip packages"
 "$PY" -m pip install -q torch==2.13.0        # CPU wheel (unpinned torch would pull a CUDA build)
 "$PY" -m pip install -q -e '.[test]'
+"$PY" -m pip check
 
 NATIVE=$(slurmd -V 2>/dev/null | awk '{print $NF}' | cut -d. -f1,2 || true)
 case ",$RELEASES," in *,all,*) RELEASES="native,22.05,24.11,26.05" ;; esac
