@@ -19,6 +19,18 @@ import pytest
 from testlib import FIXTURES, REPO, report_violations_under  # noqa: F401  (REPO, FIXTURES: re-exported to tests)
 
 
+def pytest_report_header(config):
+    """The s3fs the S3 tests run against (and the aiobotocore/botocore under it)."""
+    from importlib import metadata
+
+    def v(name):
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+    return "s3fs %s (aiobotocore %s, botocore %s)" % (v("s3fs"), v("aiobotocore"), v("botocore"))
+
+
 def free_port():
     """A free TCP port on 127.0.0.1 (for MASTER_PORT etc.)."""
     with socket.socket() as s:
