@@ -112,7 +112,7 @@ LOCAL_CALLS = {
     "os.path.getmtime", "os.listdir", "os.scandir", "os.stat", "os.access", "os.walk", "glob.glob", "glob.iglob",
     "time.time", "time.perf_counter", "time.monotonic", "time.time_ns", "time.process_time",
     "socket.gethostname", "platform.node", "shutil.disk_usage",
-    "torch.cuda.is_available", "torch.cuda.device_count", "torch.cuda.memory_allocated",
+    "torch.cuda.memory_allocated",
     "torch.cuda.max_memory_allocated", "torch.cuda.memory_reserved", "torch.cuda.mem_get_info",
     "torch.rand", "torch.randn", "torch.randint", "torch.randperm",
 }
@@ -130,7 +130,9 @@ DISPLAY_KEYWORDS = {"disable", "desc", "position", "leave", "ncols", "nrows", "d
                     "unit", "unit_scale", "postfix", "bar_format", "colour", "color", "mininterval", "maxinterval",
                     "miniters", "smoothing", "ascii", "quiet", "silent", "enable", "enabled", "show",
                     "show_progress", "progress_bar", "logger", "log", "level", "flush", "end", "sep", "prefix",
-                    "print_fn", "stacklevel", "main_process_only", "is_main_process", "in_order", "rank_zero_only"}
+                    "print_fn", "stacklevel", "main_process_only", "is_main_process", "in_order", "rank_zero_only",
+                    # placement: where a value lives, not what it holds
+                    "device", "device_ids", "output_device", "map_location", "dtype", "non_blocking"}
 #: names of per-rank data (their length / emptiness is rank-local)
 #: (a loader's or a whole dataset's length is not: DistributedSampler & co. make it equal)
 DATAISH = re.compile(r"(^|_)(batch|batches|shards|chunks|samples|files)$|^(local|my|rank)_(batch|shards?|chunks?|"
