@@ -224,6 +224,7 @@ NVIDIA_SMI_DIR = "nvidia_smi"
 EVENTS_FILE = "events.jsonl"
 REPORT_TXT = "report.txt"
 REPORT_JSON = "report.json"
+REPORT_HTML = "report.html"
 NCCLRAS_REPORT_TXT = "ncclras_report.txt"
 
 

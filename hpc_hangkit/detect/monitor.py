@@ -231,9 +231,12 @@ def poll_sources(settings, scratch: str, hd_dir: str) -> List[object]:
 
 
 def write_report(hd_dir: str, settings=None, world_size: Optional[int] = None):
-    """Roll call over ``hd_dir`` written as ``report.txt`` and ``report.json``; returns ``(report, text)``.
+    """Roll call over ``hd_dir`` written as ``report.txt``, ``report.json`` and ``report.html``
+    (the page of :mod:`hpc_hangkit.report.html`, its evidence links relative to ``hd_dir``;
+    the collector stores all three side by side); returns ``(report, text)``.
 
-    Reads only ``hd_dir`` (the captured tree). ``settings.stack_samples`` is K.
+    Reads only ``hd_dir`` (the captured tree). ``settings.stack_samples`` is K. A page that
+    cannot be made or written is logged and left out: the text and JSON stay.
     """
     from hpc_hangkit.report.render import render_json
     rep, text = roll_call(hd_dir, world_size=world_size, samples=getattr(settings, "stack_samples", 5))
@@ -241,6 +244,15 @@ def write_report(hd_dir: str, settings=None, world_size: Optional[int] = None):
         f.write(text if text.endswith("\n") else text + "\n")
     with open(os.path.join(hd_dir, layout.REPORT_JSON), "w") as f:
         f.write(render_json(rep))
+    html_path = os.path.join(hd_dir, layout.REPORT_HTML)
+    try:
+        from hpc_hangkit.report import html
+
+        page = html.render_html(rep, html.gather_evidence(hd_dir, html_path, rep))
+        with open(html_path, "w") as f:
+            f.write(page)
+    except Exception as e:  # noqa: BLE001 -- the page is an extra; report.txt must not depend on it
+        log.warning("could not write %s: %s: %s", html_path, type(e).__name__, e)
     return rep, text
 
 

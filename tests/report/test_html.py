@@ -128,3 +128,49 @@ def test_branch_source_lines_are_shown_with_the_branch_line_marked(tmp_path):
     assert b["line"] == 74
     assert '<tr class="hl"><td>74</td><td>        if rank != skip_rank or step != skip_step:</td></tr>' in page
     assert "<td>73</td>" in page and "<td>78</td>" in page
+
+
+@pytest.mark.timeout(120)
+def test_collector_stores_report_html_next_to_report_txt(tmp_path):
+    """The monitor's write_report leaves report.html beside report.txt in hang_detector/;
+    the epilog's collector (root, dropping to the job's user) stores the three side by
+    side, and the stored page's evidence links resolve inside storage."""
+    import time
+
+    from collect_helpers import Area, job_user, need_root
+
+    from hpc_hangkit import layout
+    from hpc_hangkit.detect.monitor import write_report
+    from hpc_hangkit.slurm import epilog
+
+    need_root()
+    html_path, rep = html_cases.golden_page("SPLIT", str(tmp_path))
+    hd = os.path.dirname(html_path)
+    os.unlink(html_path)
+    write_report(hd, world_size=4)
+    names = sorted(os.listdir(hd))
+    assert {layout.REPORT_TXT, layout.REPORT_JSON, layout.REPORT_HTML} <= set(names), names
+    files = {}
+    for root, _, fnames in os.walk(hd):
+        for n in fnames:
+            p = os.path.join(root, n)
+            with open(p, "rb") as f:
+                files["hang_detector/" + os.path.relpath(p, hd)] = f.read()
+    area = Area()
+    try:
+        uid, gid, user = job_user()
+        area.make_attempt("7301", 0, uid, gid, files)
+        res = epilog.collect_attempt(area.scratch, "7301", 0, "file://" + area.storage, uid=uid, gid=gid,
+                                     user=user, deadline=time.monotonic() + 60, host="hk1")
+        assert res["status"] == "complete", res
+        stored = os.path.join(area.storage, layout.storage_attempt_prefix("7301", 0), layout.HANG_DETECTOR_DIR)
+        assert os.path.isfile(os.path.join(stored, layout.REPORT_TXT))
+        with open(os.path.join(stored, layout.REPORT_HTML)) as f:
+            page = f.read()
+        assert "hpc-hangkit roll call: SPLIT" in page
+        links = re.findall(r'<a href="([^"]+)"', page)
+        assert "watchdog/rank_1.log" in links
+        for href in links:
+            assert os.path.isfile(os.path.join(stored, href)), href
+    finally:
+        area.cleanup()
