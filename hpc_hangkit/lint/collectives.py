@@ -92,7 +92,7 @@ RANK_CALL_RE = re.compile(r"^_*(get_\w*rank\w*|\w+_rank|rank|rank_is_\w+|(if_|on
 #: names matching RANK_CALL_RE that are not the process's rank (a matrix's rank, peers, sizes)
 NOT_RANK_RE = re.compile(r"matrix|lora|low_rank|^_*tensor_rank|sparse|src|dst|dest|peer|root_rank$|target|source|"
                          r"num|max|min|n_rank|nrank|to_rank|from_rank|warn|info|debug|print|log|only|"
-                         r"_for_|^_*rank_(zero|0)_", re.I)
+                         r"_for_|^_*rank_(zero|0)_|ranks$|ranks_", re.I)
 #: attribute names that hold a rank test (``mpi.world.rank_is_root``)
 RANK_ATTR_RE = re.compile(r"^(rank_is_\w+|is_(rank_?(0|zero)|root_rank|main_rank|master_rank)|"
                           r"(local|global|node|world|dist|my|proc|process|device|gpu)_rank)$")

@@ -208,7 +208,8 @@ class _Walker:
 
     def call(self, call, guards, loops):
         name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", None)
-        if name in C.GROUP_CREATE:
+        if name in C.GROUP_CREATE and not any(isinstance(lp, (ast.For, ast.AsyncFor)) for lp in loops):
+            # inside a `for` every rank usually creates every group in turn (the right way)
             self.group_create(call)
         w = self.witness(call)
         if not w:
@@ -293,8 +294,8 @@ class _Walker:
                 callee = self.project.callee(self.mod, self.ff.cls, self.ff.qualname, n)
                 if callee is not None and callee.noreturn:
                     kinds.add("exit")
-                if callee is not None and callee.raises and not in_try:
-                    kinds.add("raise")  # a helper that raises: the branch raises through it
+                if callee is not None and callee.raises and not in_try and id(n) in self._stmt_calls(stmts):
+                    kinds.add("raise")  # a helper the branch calls as a statement raises: the branch does
             if isinstance(n, _LOOPS):
                 stack.extend((c, True, in_try) for c in n.body)
                 stack.extend((c, in_loop, in_try) for c in n.orelse)
@@ -307,6 +308,17 @@ class _Walker:
                 continue
             stack.extend((c, in_loop, in_try) for c in ast.iter_child_nodes(n))
         return kinds, abort
+
+    @staticmethod
+    def _stmt_calls(stmts):
+        """Ids of the calls that are a statement of ``stmts`` or its whole assigned value
+        (``helper(x)``, ``y = helper(x)``), not calls nested in arguments."""
+        out = set()
+        for st in stmts:
+            v = st.value if isinstance(st, (ast.Expr, ast.Assign, ast.AnnAssign, ast.Return)) else None
+            if isinstance(v, ast.Call):
+                out.add(id(v))
+        return out
 
     # ---------------------------------------------------------------- statements
     def walk(self):

@@ -58,6 +58,9 @@ class Taint:
         self.bars = {}
         #: name -> line of the rank-dependent branch it is assigned under (``if rank == 0: n = 4``)
         self.guarded_by = {}
+        #: local name -> level of the trip count of what it holds (a prepared loader: 0 even when
+        #: built from the rank)
+        self.trip_env = {}
         if facts is None and project is not None:
             facts = _facts_of(project, mod, fn)
         self.params = dict(facts.param_levels) if facts is not None else {}
@@ -85,7 +88,7 @@ class Taint:
                 if id(n) not in self.single:
                     assigns.append((n.target, n.value, self.guards.get(id(n), ()), None))
             elif isinstance(n, (ast.For, ast.AsyncFor, ast.comprehension)):
-                assigns.append((n.target, n.iter, (), None))
+                assigns.append((n.target, n.iter, (), "element"))
             elif isinstance(n, ast.NamedExpr):
                 assigns.append((n.target, n.value, (), None))
             elif isinstance(n, ast.withitem) and n.optional_vars is not None:
@@ -100,7 +103,7 @@ class Taint:
         for _ in range(3):
             changed = False
             for target, value, conds, part in assigns:
-                lv = self.level(value) if part is None else self._part_level(value, part)
+                lv = self.level(value) if part in (None, "element") else self._part_level(value, part)
                 for kind, c in conds:
                     if lv == 2:
                         break
@@ -113,6 +116,16 @@ class Taint:
                         changed = True
             if not changed:
                 break
+        for target, value, conds, part in assigns:
+            if part is None:
+                lv = self.trip_level(value)
+                for kind, c in conds:
+                    lv = max(lv, 1 if kind == "except" else self.test_level(c))
+            else:
+                lv = max([self.env.get(n, 0) for n in _names(target)] or [0])
+            for name in _names(target):
+                if lv > self.trip_env.get(name, 0):
+                    self.trip_env[name] = lv
         for target, value, conds, part in assigns:
             for kind, c in conds:
                 if kind == "if" and self.test_level(c) == 2:
@@ -319,6 +332,8 @@ class Taint:
         """Level of a loop's trip count over iterable ``e``: a literal list or tuple has a fixed
         length whatever its values; ``range``/``enumerate``/``zip``/``reversed``/``sorted``/
         ``.items()``... count what they are given; anything else by its value's :meth:`level`."""
+        if isinstance(e, ast.Name) and e.id in self.assigned and e.id not in self.agreed:
+            return self.trip_env.get(e.id, 0)
         if isinstance(e, (ast.List, ast.Tuple)):
             return max([self.level(x.value) for x in e.elts if isinstance(x, ast.Starred)] or [0])
         if isinstance(e, ast.Dict):
@@ -493,6 +508,10 @@ def mentions_membership(e):
             return True
         if isinstance(n, ast.Compare) and len(n.comparators) == 1:
             c, op = n.comparators[0], n.ops[0]
+            if isinstance(op, (ast.Is, ast.IsNot)) and isinstance(c, ast.Constant) and c.value is None:
+                d = dotted(n.left)
+                if d and (d[-1] in C.RANK_NAMES or d[-1].endswith("_rank")):
+                    return True  # `rank is None`: which mode the caller chose, the same on every rank
             negative = (isinstance(c, ast.UnaryOp) and isinstance(c.op, ast.USub)) or (
                 isinstance(c, ast.Constant) and c.value == 0 and isinstance(op, ast.Lt))
             # rank in a group is -1 (or < 0) on ranks outside it; LOCAL_RANK == -1: not launched
