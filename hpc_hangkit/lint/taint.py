@@ -225,6 +225,8 @@ class Taint:
         if isinstance(e, ast.Attribute):
             if e.attr in C.RANK_NAMES or C.RANK_ATTR_RE.match(e.attr):
                 return 2
+            if e.attr in _WORLD_NAMES:
+                return 0  # the number of processes is the same on every rank
             if e.attr in _BAR_COUNTERS and isinstance(e.value, ast.Name) and e.value.id in self.bars:
                 # a progress bar disabled on some ranks never advances its counter there
                 return self.level(self.bars[e.value.id])
@@ -357,6 +359,7 @@ class Taint:
                 return self.trip_level(f.value)
         return self.level(e)
 
+_WORLD_NAMES = {"world_size", "num_processes", "num_replicas", "WORLD_SIZE", "nprocs", "n_procs", "num_nodes"}
 _EQUAL_COUNT = {"DistributedSampler", "ElasticDistributedSampler", "DistributedBatchSampler",
                 # accelerate: a prepared loader gives every process as many batches (even_batches)
                 "prepare_data_loader", "prepare", "skip_first_batches"}
@@ -508,6 +511,14 @@ def mentions_membership(e):
             return True
         if isinstance(n, ast.Compare) and len(n.comparators) == 1:
             c, op = n.comparators[0], n.ops[0]
+            if isinstance(op, (ast.In, ast.NotIn)) and not (isinstance(c, (ast.List, ast.Tuple, ast.Set)) and all(
+                    isinstance(x, ast.Constant) or (isinstance(x, ast.UnaryOp) and isinstance(x.operand, ast.Constant))
+                    for x in c.elts)):
+                d = dotted(n.left) or (dotted(n.left.func) if isinstance(n.left, ast.Call) else None)
+                if d and (d[-1] in C.RANK_NAMES or d[-1] in C.RANK_CALLS or d[-1].endswith("_rank")):
+                    # `get_rank() in ranks`, `rank in [self.src, self.dest]`: members of a
+                    # subgroup run its collectives (a literal `rank in (-1, 0)` picks ranks instead)
+                    return True
             if isinstance(op, (ast.Is, ast.IsNot)) and isinstance(c, ast.Constant) and c.value is None:
                 d = dotted(n.left)
                 if d and (d[-1] in C.RANK_NAMES or d[-1].endswith("_rank")):
