@@ -12,6 +12,7 @@ from typing import NamedTuple
 
 from hpc_hangkit.lint import collectives as C
 from hpc_hangkit.lint.model import dotted, qualify, walk_local
+from hpc_hangkit.lint.calls import call_ref
 from hpc_hangkit.lint.taint import Taint, mentions_membership
 
 __all__ = ["RULES", "Finding", "check_module", "severity_of"]
@@ -165,7 +166,9 @@ class _Walker:
         if kind == "p2p":
             return None
         callee = self.project.callee(self.mod, self.ff.cls, self.ff.qualname, call)
-        if callee is not None and callee.witness:
+        if callee is None:
+            return self.project.wrapper(call_ref(self.mod, self.ff.cls, self.ff.qualname, call))
+        if callee.witness:
             short = callee.qualname.rsplit(".", 1)[-1]
             if callee.witness == short + "()":
                 return callee.witness

@@ -142,3 +142,103 @@ def test_examples_flag_the_skipped_sync():
     assert r.returncode == 1
     assert sorted(os.path.basename(line.split(":")[0]) + " " + line.split()[1] for line in lines) == [
         "gloo_divergent.py HK101", "mpi_divergent.py HK101"]
+
+
+CHAIN = {
+    "pkg/__init__.py": "",
+    "pkg/comm.py": """
+        import torch.distributed as dist
+
+
+        def sync(t):
+            dist.all_reduce(t)
+        """,
+    "pkg/steps.py": """
+        from pkg import comm
+
+
+        def finish(t):
+            comm.sync(t)
+        """,
+    "train.py": """
+        import torch.distributed as dist
+        from pkg.steps import finish
+
+
+        def main(t):
+            if dist.get_rank() == 0:
+                finish(t)
+        """,
+}
+
+
+def _write(root, files):
+    for rel, text in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(textwrap.dedent(text).lstrip("\n"))
+
+
+def test_a_finding_through_helpers_names_the_chain_in_text_json_and_sarif(tmp_path):
+    _write(tmp_path, CHAIN)
+    train, steps, comm = (str(tmp_path / p) for p in ("train.py", "pkg/steps.py", "pkg/comm.py"))
+    text = lint(str(tmp_path)).stdout
+    assert "%s:7:9: HK101 finish() (reaches all_reduce)" % train in text
+    assert "all_reduce at comm.py:5" in text and "sync() at steps.py:5" in text
+    doc = json.loads(lint("--format", "json", str(tmp_path)).stdout)
+    (f,) = doc["findings"]
+    assert [(r["role"], r["path"], r["line"]) for r in f["related"]] == [
+        ("branch", train, 6), ("call", steps, 5), ("collective", comm, 5)]
+    sarif = json.loads(lint("--format", "sarif", str(tmp_path)).stdout)
+    with open(SARIF_SCHEMA) as fh:
+        jsonschema.Draft4Validator(json.load(fh)).validate(sarif)
+    rels = sarif["runs"][0]["results"][0]["relatedLocations"]
+    assert [(r["physicalLocation"]["artifactLocation"]["uri"].rsplit("/", 1)[-1],
+             r["physicalLocation"]["region"]["startLine"]) for r in rels] == [
+        ("train.py", 6), ("steps.py", 5), ("comm.py", 5)]
+
+
+def test_two_scripts_of_one_name_are_both_checked_in_either_order(tmp_path):
+    # a/train.py and b/train.py, no __init__.py: the same module name, two modules
+    _write(tmp_path, {
+        "a/train.py": """
+            import torch.distributed as dist
+
+
+            def step(t):
+                if dist.get_rank() == 0:
+                    dist.barrier()
+            """,
+        "b/train.py": """
+            import torch.distributed as dist
+
+
+            def step(t):
+                if dist.get_rank() == 1:
+                    return
+                dist.all_reduce(t)
+            """})
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    ab = json.loads(lint("--format", "json", a, b).stdout)["findings"]
+    ba = json.loads(lint("--format", "json", b, a).stdout)["findings"]
+    key = sorted((os.path.relpath(f["path"], str(tmp_path)), f["line"], f["code"]) for f in ab)
+    assert key == [("a/train.py", 6, "HK101"), ("b/train.py", 7, "HK102")]
+    assert key == sorted((os.path.relpath(f["path"], str(tmp_path)), f["line"], f["code"]) for f in ba)
+
+
+def test_rank_sources_and_collectives_from_pyproject(tmp_path):
+    _write(tmp_path, {
+        "pyproject.toml": '[tool.hpc-hangkit.lint]\nrank_sources = ["should_save"]\n'
+                          'collectives = ["gathered_forward"]\n',
+        "m.py": """
+            def save(args, enc, x):
+                y = enc.gathered_forward(x)
+                if args.should_save:
+                    enc.gathered_forward(x)
+                return y
+            """})
+    r = lint("--format", "json", "m.py", cwd=str(tmp_path))
+    assert [(f["code"], f["line"]) for f in json.loads(r.stdout)["findings"]] == [("HK101", 4)]
+    (tmp_path / "pyproject.toml").write_text('[tool.hpc-hangkit.lint]\ncollectives = ["gathered_forward"]\n')
+    r = lint("--format", "json", "m.py", cwd=str(tmp_path))
+    assert json.loads(r.stdout)["findings"] == []  # should_save is not a rank source by itself

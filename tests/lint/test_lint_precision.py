@@ -1,0 +1,214 @@
+"""Issue 21's precision and recognition points, each as a flagged program and a silent one:
+display keywords, trip counts, single-process branches, wrapper modules from outside the tree,
+rank sources by name, tuple unpacking, rank-local sizes, constructor flow, HK107."""
+import pytest
+
+from test_lint_rules import expect, lint_tree, silent
+
+FLAGGED = {
+    "tqdm_counter_of_a_bar_disabled_on_some_ranks": ("HK101", """
+from tqdm import tqdm
+import torch.distributed as dist
+
+def train(loader, is_main):
+    bar = tqdm(loader, disable=not is_main)
+    for batch in loader:
+        bar.update(1)
+        if bar.n % 10 == 0:  # BRANCH
+            dist.barrier()  # HERE
+"""),
+    "wrapper_module_from_outside_the_tree": ("HK101", """
+from mypkg.utils import dist
+
+def save(rank, model):
+    if rank == 0:  # BRANCH
+        dist.barrier()  # HERE
+"""),
+    "rank_is_root_attribute_and_mpi_world_wrapper": ("HK101", """
+from relentless import mpi
+
+def setup(x):
+    if mpi.world.rank_is_root:  # BRANCH
+        mpi.world.bcast(x)  # HERE
+"""),
+    "rank_part_of_a_tuple_from_a_project_helper": ("HK102", """
+import torch.distributed as dist
+from vlm.smp import get_rank_and_world_size
+
+def run(t):
+    rank, world = get_rank_and_world_size()
+    if rank == 1:  # BRANCH
+        return
+    dist.all_reduce(t)  # HERE
+"""),
+    "emptiness_of_a_tensor": ("HK202", """
+import torch.distributed as dist
+
+def step(x, t):
+    if x.numel() == 0:  # BRANCH
+        return
+    dist.all_reduce(t)  # HERE
+"""),
+    "is_main_process_helper": ("HK101", """
+import torch.distributed as dist
+from proj.utils import is_main_process
+
+def save():
+    if is_main_process():  # BRANCH
+        dist.barrier()  # HERE
+"""),
+    "root_only_buffer_size": ("HK107", """
+from mpi4py import MPI
+import numpy
+
+COMM = MPI.COMM_WORLD
+
+def total(cells):
+    if COMM.Get_rank() < len(cells):  # BRANCH
+        data = numpy.sum(cells, axis=0)
+    else:
+        data = numpy.zeros((1, 1))
+    out = numpy.zeros_like(data)
+    COMM.Allreduce(data, out)  # HERE
+    return out
+"""),
+    "ddp_forward_on_rank_zero": ("HK101", """
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+class Trainer:
+    def __init__(self, model):
+        self.model = DDP(model)
+
+    def validate(self, x):
+        if dist.get_rank() == 0:  # BRANCH
+            return self.model(x)  # HERE
+"""),
+}
+
+SILENT = {
+    "display_keywords_do_not_carry_the_rank": """
+from tqdm import tqdm
+import torch.distributed as dist
+
+def train(loader, is_main):
+    for batch in tqdm(loader, disable=not is_main, desc="train", position=0, leave=False):
+        dist.all_reduce(batch)
+""",
+    "a_loop_counts_items_not_values": """
+import torch.distributed as dist
+
+def f(t, rank):
+    for x in [rank, rank + 1]:
+        dist.all_reduce(t)
+""",
+    "single_process_branch_contributes_nothing": """
+import torch.distributed as dist
+
+def world_rank():
+    if not dist.is_initialized():
+        return 0
+    return 0
+
+def f(t):
+    n = 4
+    if not dist.is_initialized():
+        n = dist.get_rank() if False else 5
+    for _ in range(n):
+        dist.all_reduce(t)
+""",
+    "world_size_part_of_a_tuple_is_not_the_rank": """
+import torch.distributed as dist
+from vlm.smp import get_rank_and_world_size
+
+def run(t):
+    rank, world = get_rank_and_world_size()
+    if world > 1:
+        dist.barrier()
+""",
+    "main_process_first_pair_by_test_sense": """
+import torch.distributed as dist
+
+def load(args):
+    if args.local_rank not in [-1, 0]:
+        dist.barrier()
+    data = build()
+    if args.local_rank == 0:
+        dist.barrier()
+    return data
+""",
+    "subgroup_members_run_its_collectives": """
+import torch.distributed as dist
+
+def init(ranks, t):
+    g = dist.new_group(ranks)
+    if dist.get_rank() in ranks:
+        dist.all_reduce(t, group=g)
+""",
+    "buffer_sized_alike_on_every_rank": """
+from mpi4py import MPI
+import numpy
+
+COMM = MPI.COMM_WORLD
+
+def total(cells, shape):
+    data = numpy.zeros(shape)
+    if COMM.Get_rank() == 0:
+        print(data)
+    out = numpy.zeros_like(data)
+    COMM.Allreduce(data, out)
+    return out
+""",
+    "loader_with_a_distributed_sampler_handed_to_a_class": """
+import torch.distributed as dist
+from torch.utils.data import DataLoader
+from torch.utils.data.distributed import DistributedSampler
+
+class Trainer:
+    def __init__(self, loader):
+        self.loader = loader
+
+    def train(self):
+        for b in self.loader:
+            dist.all_reduce(b)
+
+def main(ds):
+    sampler = DistributedSampler(ds, rank=dist.get_rank())
+    Trainer(DataLoader(ds, sampler=sampler)).train()
+""",
+}
+
+
+@pytest.mark.parametrize("name", sorted(FLAGGED))
+def test_flagged(tmp_path, name):
+    code, src = FLAGGED[name]
+    expect(tmp_path, src, code)
+
+
+@pytest.mark.parametrize("name", sorted(SILENT))
+def test_silent(tmp_path, name):
+    silent(tmp_path, SILENT[name])
+
+
+def test_sharded_dataset_through_a_constructor_is_flagged(tmp_path):
+    found = lint_tree(tmp_path, {
+        "main.py": """
+import glob
+import torch.distributed as dist
+from trainer import Trainer
+
+files = sorted(glob.glob("/data/*"))
+Trainer(files[dist.get_rank()::dist.get_world_size()]).train()
+""",
+        "trainer.py": """
+import torch.distributed as dist
+
+class Trainer:
+    def __init__(self, files):
+        self.files = files
+
+    def train(self):
+        for f in self.files:
+            dist.all_reduce(f)
+"""})
+    assert found == [("trainer.py", "HK105", 10, 9)], found
