@@ -31,7 +31,7 @@ from typing import Dict, List, Optional, Tuple
 from hpc_hangkit import fsio, layout
 from hpc_hangkit.capture.ranks import pid_alive
 from hpc_hangkit.evidence.source import Source
-from hpc_hangkit.parse.flightrec import (MAX_DUMP_BYTES, MAX_EXPANSION, FRDump, FRParseError, dump_from_summary,
+from hpc_hangkit.parse.flightrec import (MAX_DUMP_BYTES, MAX_EXPANSION, FRDump, FREntry, FRParseError, dump_from_summary,
                                          parse_flightrec, rank_from_name, summarize_unscanned)
 from hpc_hangkit.ranges import format_ranks, ranks_label
 
@@ -507,7 +507,10 @@ def analyse(dumps: List[FRDump]) -> dict:
             e = per_rank[rs[0]]
             groups.append({"ranks": sorted(rs), "seq": k[0], "op": k[1], "sizes": [list(s) for s in k[3]],
                            "dtypes": list(k[4]), "where": e.where(), "pending": not e.retired})
-        findings.append({"pg": pg, "desc": descs.get(pg, ""), "kind": kind, "groups": groups})
+        finding = {"pg": pg, "desc": descs.get(pg, ""), "kind": kind, "groups": groups}
+        if kind == "seq":
+            finding = _behind_args(finding, {d.rank: d for d in ok if d.rank in per_rank}) or finding
+        findings.append(finding)
     verdict, suspects, chosen = None, [], None
 
     def minority(f):
@@ -547,14 +550,215 @@ def analyse(dumps: List[FRDump]) -> dict:
             "errors": errors, "empty": empty, "chosen": chosen["pg"] if chosen else None}
 
 
+def _behind_args(f: dict, dumps: Dict[int, FRDump]) -> Optional[dict]:
+    """A ``seq`` finding whose groups stand at one call site of one collective, where the ranks
+    ahead passed the collective at the sequence id the others still wait at with other sizes or
+    dtypes than theirs (gloo lets some ranks of a mismatched all_reduce through): the ``args``
+    finding at that sequence id, its groups by (sizes, dtypes) with each rank's entry there
+    (``pending``: still waiting). None otherwise. Reads the ahead ranks' whole buffers."""
+    gs = f["groups"]
+    if len({(g["op"], g["where"]) for g in gs}) != 1:
+        return None
+    behind = min(g["seq"] for g in gs)
+    at: Dict[int, object] = {}
+    for r, d in dumps.items():
+        hit = [e for e in d.entries if not e.is_p2p and e.pg == f["pg"] and e.seq == behind]
+        if not hit:
+            return None
+        at[r] = hit[-1]
+    if len({e.where() for e in at.values()}) != 1:
+        return None
+    buckets: Dict[tuple, List[int]] = {}
+    for r, e in at.items():
+        buckets.setdefault((e.input_sizes, e.input_dtypes), []).append(r)
+    if len(buckets) < 2:
+        return None
+    groups = []
+    for (sizes, dtypes), rs in sorted(buckets.items(), key=lambda kv: (-len(kv[1]), sorted(kv[1]))):
+        e = at[min(rs)]
+        groups.append({"ranks": sorted(rs), "seq": behind, "op": e.op, "sizes": [list(x) for x in sizes],
+                       "dtypes": list(dtypes), "where": e.where(),
+                       "pending": any(not at[r].retired for r in rs)})
+    return dict(f, kind="args", groups=groups)
+
+
 _KIND_TEXT = {"args": "same call site, different sizes/dtypes", "type": "different collectives at one sequence id",
               "line": "the same collective from different call sites", "seq": "ranks at different sequence ids",
               "together": "every rank at the same collective"}
 
 
+def members(dumps: List[FRDump]) -> Dict[str, Tuple[List[int], str]]:
+    """Each process group's members: ``{pg: (ranks, source)}``, from a dump's ``pg_config`` when
+    it lists the group's ranks (NCCL; ``source`` ``pg_config``), else the ranks that have an entry
+    on the group (gloo writes no sub-group into ``pg_config``; ``source`` ``entries``: a member
+    that never called a collective on the group is not seen)."""
+    out: Dict[str, Tuple[List[int], str]] = {}
+    for d in dumps:
+        for key, cfg in (d.pg_config or {}).items():
+            ranks = cfg.get("ranks") if isinstance(cfg, dict) else None
+            if isinstance(ranks, str):
+                try:
+                    ranks = json.loads(ranks)
+                except ValueError:
+                    ranks = None
+            if isinstance(ranks, list) and ranks and all(isinstance(r, int) and 0 <= r < 1 << 20 for r in ranks) \
+                    and str(key) not in out:
+                out[str(key)] = (sorted(set(ranks)), "pg_config")
+    seen: Dict[str, set] = {}
+    for d in dumps:
+        if d.rank is None:
+            continue
+        for e in d.entries:
+            if not e.is_p2p:
+                seen.setdefault(e.pg, set()).add(d.rank)
+    for pg, rs in seen.items():
+        out.setdefault(pg, (sorted(rs), "entries"))
+    return out
+
+
+def _pg_label(pg: str, desc: str, mem: Dict[str, Tuple[List[int], str]]) -> str:
+    ranks = mem.get(pg, ([], ""))[0]
+    what = ([desc] if desc not in ("", "undefined") else []) + ([ranks_label(ranks)] if ranks else [])
+    return "process group %s%s" % (pg, " (%s)" % ", ".join(what) if what else "")
+
+
+def membership(dumps: List[FRDump]) -> Optional[dict]:
+    """Suspects from the process groups the ranks wait on, when ranks wait on different groups.
+
+    Each rank's pending collective is its last entry not completed (group, sequence id, call
+    site). Two rules, in order:
+
+    - **group argument**: ranks wait at one call site on different groups, and a rank's own
+      earlier entries at that site were on a group another rank there still waits on: it passed
+      another group at this call (the suspect); without such history, the ranks on a group whose
+      members are not all at the site, when another group's members all are.
+    - **released through another group**: a rank waits at a site T with peers (same site, same
+      count of entries there) that all made more calls at another site S than it did, and at S a
+      rank waits on a group the rank is a member of: it skipped S (a call on a group it is not in
+      returns at once), and that rank waits for it there.
+
+    Counts need whole buffers: the second rule is off when a rank's buffer no longer holds its
+    groups' first collectives. Returns ``{"suspects", "why" (one sentence), "sites": [[rank, file, line]]}`` (where each
+    suspect should have passed the right group: the call the branch analysis reads) or None."""
+    ok = [d for d in ok_dumps(dumps) if d.rank is not None]
+    if len(ok) < 2:
+        return None
+    mem = members(ok)
+    pend: Dict[int, FREntry] = {}
+    for d in ok:
+        live = [e for e in d.entries if not e.is_p2p and not e.retired]
+        if live:
+            pend[d.rank] = live[-1]
+    if len({e.pg for e in pend.values()}) < 2:
+        return None  # every waiting rank waits on one group: the sequence analysis says it all
+    by_rank = {d.rank: d for d in ok}
+    descs = {e.pg: e.pg_desc for e in pend.values()}
+
+    def site(e):
+        f = e.user_frame()
+        return (f[0], f[1]) if f else None
+
+    # rule 1: one call site, different groups
+    at_site: Dict[tuple, Dict[str, List[int]]] = {}
+    for r, e in pend.items():
+        if site(e) is not None:
+            at_site.setdefault(site(e), {}).setdefault(e.pg, []).append(r)
+    for where, pgs in sorted(at_site.items(), key=lambda kv: str(kv[0])):
+        if len(pgs) < 2:
+            continue
+        sus, history = [], {}
+        for pg, rs in pgs.items():
+            for r in rs:
+                before = {e.pg for e in by_rank[r].entries[:-1] if not e.is_p2p and e.retired and site(e) == where}
+                if before and pg not in before and before & set(pgs):
+                    sus.append(r)
+                    history[r] = sorted(before & set(pgs))
+        if not sus:
+            whole = [pg for pg in pgs if set(mem.get(pg, ([], ""))[0]) <= set(pgs[pg])]
+            if whole and len(whole) < len(pgs):
+                sus = [r for pg, rs in pgs.items() if pg not in whole for r in rs]
+        if sus:
+            sus = sorted(sus)
+            right = sorted({p for p, rs in pgs.items() if not set(rs) & set(sus)})
+            n_right = sum(len(pgs[p]) for p in right)
+            why = "%s wait%s at %s:%d on %s, where %s wait%s on %s: %s another process group at this call" % (
+                ranks_label(sus), "s" if len(sus) == 1 else "", os.path.basename(where[0]), where[1],
+                ", ".join(sorted({_pg_label(pend[r].pg, descs[pend[r].pg], mem) for r in sus})),
+                ranks_label([r for p in right for r in pgs[p]]), "s" if n_right == 1 else "",
+                ", ".join(_pg_label(p, descs[p], mem) for p in right), "it passed" if len(sus) == 1 else "they passed")
+            if history:
+                why += " (%s)" % "; ".join("rank %d's earlier calls here were on process group %s" % (
+                    r, ", ".join(h)) for r, h in sorted(history.items()))
+            else:
+                why += " (every member of %s is at this call)" % ", ".join(right)
+            return {"suspects": sus, "why": why, "sites": [[r, where[0], where[1]] for r in sus]}
+    # rule 2: a rank that skipped a call its peers made, where a rank waits for it
+    if any(min((e.seq for e in d.entries if not e.is_p2p and e.pg == pg), default=1) > 1
+           for d in ok for pg in {e.pg for e in d.entries}):
+        return None  # a buffer wrapped: counts of calls are not comparable
+
+    def counts(r):
+        c: Dict[tuple, int] = {}
+        for e in by_rank[r].entries:
+            if not e.is_p2p and site(e) is not None:
+                c[site(e)] = c.get(site(e), 0) + 1
+        return c
+
+    cnt = {r: counts(r) for r in by_rank}
+    waiting_at: Dict[tuple, List[int]] = {}
+    for r, e in pend.items():
+        if site(e) is not None:
+            waiting_at.setdefault(site(e), []).append(r)
+    sus, sites, whys = [], {}, []
+    for x, e in sorted(pend.items()):
+        t = site(e)
+        peers = [r for r in waiting_at.get(t, []) if r != x and cnt[r].get(t) == cnt[x].get(t)]
+        if not peers:
+            continue
+        for s_, waiters in sorted(waiting_at.items(), key=lambda kv: str(kv[0])):
+            if s_ == t:
+                continue
+            k = {cnt[r].get(s_, 0) for r in peers}
+            if len(k) != 1 or cnt[x].get(s_, 0) >= min(k):
+                continue
+            victims = [w for w in waiters if x in mem.get(pend[w].pg, ([], ""))[0] and pend[w].pg != e.pg]
+            if victims:
+                sus.append(x)
+                sites[x] = [x, s_[0], s_[1]]
+                pg = pend[victims[0]].pg
+                whys.append("%s wait%s at %s:%d on %s for rank %d, a member that made %d call%s there to its "
+                            "peers' %d (%s) and waits at %s:%d on %s instead: rank %d was let through a call on "
+                            "a group it is not in, or skipped it" % (
+                                ranks_label(victims), "s" if len(victims) == 1 else "", os.path.basename(s_[0]),
+                                s_[1], _pg_label(pg, descs.get(pg, ""), mem), x, cnt[x].get(s_, 0),
+                                "" if cnt[x].get(s_, 0) == 1 else "s", min(k), ranks_label(peers),
+                                os.path.basename(t[0]), t[1], _pg_label(e.pg, descs.get(e.pg, ""), mem), x))
+                break
+    if sus:
+        return {"suspects": sorted(sus), "why": "; ".join(whys), "sites": [sites[r] for r in sorted(sites)]}
+    return None
+
+
 def ok_dumps(dumps: List[FRDump]) -> List[FRDump]:
     """The dumps that hold a buffer (not a ``dump_error``)."""
     return [d for d in dumps if not d.error]
+
+
+def _kind_text(f: dict, mem: Dict[str, Tuple[List[int], str]]) -> str:
+    """The finding's kind in words; for ``together``, counted against the group's members
+    (``pg_config``): ranks with no entry are named, never counted in."""
+    if f["kind"] != "together":
+        return _KIND_TEXT[f["kind"]]
+    at = sorted(r for g in f["groups"] for r in g["ranks"])
+    ranks, source = mem.get(f["pg"], ([], ""))
+    if source != "pg_config":
+        return "%s at the same collective (no member list in the dumps: a member with no entry is not seen)" % (
+            ranks_label(at))
+    absent = [r for r in ranks if r not in at]
+    if not absent:
+        return "every member (%d) at the same collective" % len(ranks)
+    return "%s of its %d members at the same collective; %s no entry" % (
+        ranks_label(at), len(ranks), ranks_label(absent) + (" has" if len(absent) == 1 else " have"))
 
 
 def section_from_dir(hd_dir: str) -> Optional[dict]:
@@ -572,10 +776,11 @@ def section_from_dir(hd_dir: str) -> Optional[dict]:
         return None
     a = analyse(dumps)
     text = ["Flight Recorder (%d rank dumps)" % len(dumps)]
+    mem = members(ok_dumps(dumps))
     for f in a["pgs"]:
         mark = "  <==" if f["pg"] == a["chosen"] else ""
         text.append("pg %s%s: %s%s" % (f["pg"], " (%s)" % f["desc"] if f["desc"] not in ("", "undefined") else "",
-                                      _KIND_TEXT[f["kind"]], mark))
+                                      _kind_text(f, mem), mark))
         for g in f["groups"]:
             text.append("  %s: seq %d %s sizes %s dtypes %s at %s%s" % (
                 ranks_label(g["ranks"]), g["seq"], g["op"], g["sizes"], ",".join(map(str, g["dtypes"])) or "-",
@@ -596,9 +801,23 @@ def section_from_dir(hd_dir: str) -> Optional[dict]:
     summary = "Flight Recorder: %s" % (a["verdict"] or "no collective in flight")
     if a["suspect_ranks"]:
         summary += " (ranks %s)" % format_ranks(a["suspect_ranks"])
-    return {"summary": summary, "verdict": a["verdict"],
-            "suspect_ranks": a["suspect_ranks"] if a["verdict"] not in (None, "TOGETHER") else None,
-            "groups": a["groups"], "text": text + warns, "pgs": a["pgs"]}
+    args = next((f for f in a["pgs"] if f["pg"] == a["chosen"] and f["kind"] == "args"), None)
+    if a["verdict"] == "SAME_LINE_DIFFERENT_ARGS" and args is not None:
+        g0 = args["groups"][0]
+        summary += ": %s seq %d at %s with different sizes: %s" % (
+            g0["op"], g0["seq"], g0["where"], "; ".join(
+                "%s sizes %s%s" % (ranks_label(g["ranks"]), g["sizes"],
+                                   "" if g["dtypes"] == g0["dtypes"] else " dtypes %s" % ",".join(map(str, g["dtypes"])))
+                for g in args["groups"]))
+    m = membership(dumps)
+    if m is not None:
+        text.append("by process-group membership: suspect %s: %s" % (ranks_label(m["suspects"]), m["why"]))
+    sec = {"summary": summary, "verdict": a["verdict"],
+           "suspect_ranks": a["suspect_ranks"] if a["verdict"] not in (None, "TOGETHER") else None,
+           "groups": a["groups"], "text": text + warns, "pgs": a["pgs"]}
+    if m is not None:
+        sec["membership"] = m
+    return sec
 
 
 # --- torchfrtrace-compatible copies ---------------------------------------------

@@ -57,7 +57,10 @@ def render_text(report: Report, via: Optional[int] = _VIA, max_groups: int = _MA
         if g.role == "unknown" or g.frame is None:
             out.append("%s  no position: %s" % (label, g.detail or "no usable stack sample"))
             continue
-        line = "%s  %-14s %s" % (label, _ROLE_WORD.get(g.role, g.role), short_where(g.frame))
+        word = _ROLE_WORD.get(g.role, g.role)
+        if g.role == "exited" and (g.exit or {}).get("how") == "vanished":
+            word = "last seen at"  # its last sample, not where it died (a fatal-error dump is where)
+        line = "%s  %-14s %s" % (label, word, short_where(g.frame))
         if g.collective:
             top = g.top
             inner = (" -> %s" % short_where(top)) if top is not None and top is not g.frame else ""

@@ -3,7 +3,8 @@ directory and the rule that lets a section's verdict replace an undecided stack 
 import os
 
 from hpc_hangkit import layout
-from hpc_hangkit.rollcall.verdict import VERDICTS, Report
+from hpc_hangkit.ranges import ranks_label
+from hpc_hangkit.rollcall.verdict import VERDICTS, Group, Report
 
 
 def section_order():
@@ -14,7 +15,7 @@ def section_order():
 
     return tuple(src.name for src in SOURCES if src.section is not None)
 
-__all__ = ["add_sections", "adopt_sections", "hd_dir"]
+__all__ = ["add_sections", "adopt_sections", "adopt_membership", "hd_dir"]
 
 
 def hd_dir(path: str) -> str:
@@ -50,6 +51,45 @@ def adopt_sections(rep: Report):
         return
 
 
+def adopt_membership(rep: Report) -> None:
+    """The membership rule: when the stacks say SPLIT or MISSED and the Flight Recorder section
+    names suspects from the process groups the ranks wait on (``membership``:
+    :func:`hpc_hangkit.evidence.flightrec.membership`), those ranks become the suspects, the
+    sentence says why, and a suspect that shares a stack group with other ranks gets a group of
+    its own (same position, waiting on another group: role ``divergent``)."""
+    sec = rep.sections.get("flight_recorder")
+    m = sec.get("membership") if isinstance(sec, dict) else None
+    if rep.verdict not in ("SPLIT", "MISSED") or not isinstance(m, dict):
+        return
+    sus = sorted({r for r in m.get("suspects") or () if isinstance(r, int) and r in rep.ranks})
+    if not sus or sus == rep.suspect_ranks:
+        return
+    groups = []
+    for g in rep.groups:
+        inner = [r for r in g.ranks if r in sus]
+        if inner and len(inner) < len(g.ranks):
+            rest = Group([r for r in g.ranks if r not in sus], g.role, g.state, g.chain, g.native, g.collective,
+                         g.detail, g.key, g.exit)
+            rest.inside = g.inside
+            own = Group(inner, "divergent", g.state, g.chain, g.native, g.collective, g.detail, g.key, g.exit)
+            groups += [rest, own]
+        else:
+            if inner and g.role == "waiting":
+                g.role = "divergent"
+            elif not inner and g.role == "divergent":
+                g.role = "waiting"
+            groups.append(g)
+    rep.groups = groups
+    before = ranks_label(rep.suspect_ranks) if rep.suspect_ranks else "none"
+    rep.warnings.append("suspects %s taken from the process groups the ranks wait on (the stacks alone named "
+                        "%s): %s" % (ranks_label(sus), before, m.get("why") or ""))
+    rep.suspect_ranks = sus
+    # the stacks' first sentence (where the groups are), then why these ranks
+    first = rep.reason.split(". ", 1)[0].rstrip(".")
+    rep.reason = "%s. By the process groups they wait on, the suspect is %s: %s." % (
+        first, ranks_label(sus), (m.get("why") or "").rstrip("."))
+
+
 def add_sections(rep: Report, path: str) -> None:
     """Add the sections of every source of evidence found under ``path`` (or
     ``path/hang_detector``) to ``rep`` (:func:`hpc_hangkit.evidence.registry.report_sections`)
@@ -62,3 +102,4 @@ def add_sections(rep: Report, path: str) -> None:
     rep.warnings += warnings
     rep.sections.update(sections)
     adopt_sections(rep)
+    adopt_membership(rep)

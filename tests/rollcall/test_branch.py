@@ -42,7 +42,7 @@ def test_early_exit_in_the_function_the_majority_went_into(tmp_path):
     br, missing = find_branch(rank0, others)
     assert missing is None
     assert br == {"file": p, "line": line(p, "if dist.get_rank() == 0:"), "text": "if dist.get_rank() == 0:",
-                  "kind": "early_exit", "rank_dependent": True}
+                  "kind": "early_exit", "rank_dependent": True, "rule": "inside_left_function"}
 
 
 def test_rank_local_branch_and_except_handler(tmp_path):
@@ -62,7 +62,8 @@ def test_rank_local_branch_and_except_handler(tmp_path):
     a = [Frame(TORCH, 1, "broadcast"), Frame(p, line(p, "dist.broadcast"), "main")]
     b = [Frame(TORCH, 1, "all_reduce"), Frame(p, line(p, "dist.all_reduce"), "main")]
     assert find_branch(a, b)[0] == {"file": p, "line": line(p, "if os.path.exists"),
-                                    "text": "if os.path.exists(path):", "kind": "if", "rank_dependent": False}
+                                    "text": "if os.path.exists(path):", "kind": "if", "rank_dependent": False,
+                                    "rule": "own_frames"}
     c = [Frame(TORCH, 1, "barrier"), Frame(p, line(p, "dist.barrier"), "main")]
     assert find_branch(c, b)[0]["kind"] == "except"
 
@@ -101,7 +102,8 @@ def test_a_rank_that_left_gets_the_rank_dependent_branch_around_the_majority(tmp
     others = [Frame(TORCH, 1, "all_reduce"), Frame(p, line(p, "dist.all_reduce(t)"), "step"),
               Frame(p, line(p, "    step(t)"), "main"), Frame(p, line(p, "sys.exit"), "<module>")]
     loop = {"file": p, "line": line(p, "for _ in range(dist.get_rank()"),
-            "text": "for _ in range(dist.get_rank() + 1):", "kind": "loop", "rank_dependent": True}
+            "text": "for _ in range(dist.get_rank() + 1):", "kind": "loop", "rank_dependent": True,
+            "rule": "enclosing"}
     # step's own loop and main's while do not depend on the rank: the rank-dependent loop is named
     assert find_enclosing(others) == (loop, None)
     # the same from a rank that came back out to the final sys.exit

@@ -130,7 +130,8 @@ def test_scenario3_inner_barrier_on_rank0_is_split(spawn, tmp_path, port):
     assert inner.collective == "barrier"
     # where the paths split: the rank-0-only block, read from the script's source
     assert inner.branch == {"file": os.path.join(SCEN, script), "line": line_of(script, "if rank == 0 and epoch == 1:"),
-                            "text": "if rank == 0 and epoch == 1:", "kind": "if", "rank_dependent": True}
+                            "text": "if rank == 0 and epoch == 1:", "kind": "if", "rank_dependent": True,
+                            "rule": "own_frames"}
     assert waiting.branch is None
     text = render_text(rep)
     assert "split at  %s:%d `if rank == 0 and epoch == 1:` (rank-dependent if)" % (
@@ -157,7 +158,7 @@ def test_scenario4_uneven_data_final_barrier_is_split(spawn, tmp_path, port):
     # the batch loop whose trip count comes from the rank (through batches_for's return)
     assert final.branch == {"file": os.path.join(SCEN, script), "line": line_of(script, "for batch in range("),
                             "text": "for batch in range(batches_for(rank)):", "kind": "loop",
-                            "rank_dependent": True}, render_text(rep)
+                            "rank_dependent": True, "rule": "loop_trip_count"}, render_text(rep)
 
 
 @pytest.mark.torch
@@ -185,7 +186,7 @@ def test_scenario4_uneven_data_rank0_exits_is_gone(spawn, tmp_path, port):
     # it left the loop the others are still in: the loop whose trip count comes from the rank
     assert g0.branch == {"file": os.path.join(SCEN, script), "line": line_of(script, "for batch in range("),
                          "text": "for batch in range(batches_for(rank)):", "kind": "loop",
-                         "rank_dependent": True}, text
+                         "rank_dependent": True, "rule": "enclosing"}, text
     assert "rank 1 last traceback" in text
 
 
@@ -204,7 +205,8 @@ def test_scenario7_alive_but_stuck_is_missed(spawn, tmp_path, port):
     assert odd.frame.line == mark_line(script, "stuck-sleep")
     assert odd.collective is None
     assert odd.branch == {"file": os.path.join(SCEN, script), "line": line_of(script, "if rank == 1 and step == 5:"),
-                          "text": "if rank == 1 and step == 5:", "kind": "if", "rank_dependent": True}
+                          "text": "if rank == 1 and step == 5:", "kind": "if", "rank_dependent": True,
+                          "rule": "own_frames"}
     assert rep.to_dict()["groups"][1]["branch"]["line"] == line_of(script, "if rank == 1 and step == 5:")
     assert procs[1].poll() is None, "rank 1 must stay alive (alive but stuck)"
     assert rep.to_dict()["groups"][0]["frame"]["line"] == mark_line(script, "train-allreduce")
