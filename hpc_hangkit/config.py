@@ -283,7 +283,8 @@ SETTINGS = (
           "auto | all | none: which ranks get py-spy --native at capture (auto: suspects, one per "
           "waiting group, ranks in a call the roll call cannot name; every rank gets its Python stack)",
           ("pyspy", "native")),
-    _Spec("auto_checkin", False, _bool, "hook torch.distributed collectives to call checkpoint() automatically"),
+    _Spec("auto_checkin", True, _bool, "hook torch.distributed collectives to call checkpoint() automatically "
+          "(on by default; off per job with HANGKIT_AUTO_CHECKIN=0, per site with auto_checkin = false)"),
     _Spec("stack_samples", 5, _count(1), "K: a rank's position is its modal position over its last K dumps"),
 )
 _BY_NAME = {s.name: s for s in SETTINGS}

@@ -10,7 +10,7 @@ process of the job imports this module at start-up.  It:
 2. runs the optional extension points ``_hangkit_exit.arm(env)`` (the rank
    records how it ends), ``_hangkit_fr.arm(env)`` (Flight
    Recorder dump trigger) and ``_hangkit_autocheckin.arm(env)`` (if
-   HANGKIT_AUTO_CHECKIN is true), each guarded;
+   HANGKIT_AUTO_CHECKIN is true or unset: on by default), each guarded;
 3. chains to the site's own ``sitecustomize`` (the next one on sys.path),
    imported under its real name so it behaves exactly as before.
 
@@ -40,7 +40,8 @@ def _arm():
         return None
     _extension("_hangkit_exit", st)
     _extension("_hangkit_fr", st)
-    if _hangkit_core._truthy(os.environ.get(_hangkit_core.ENV_AUTO_CHECKIN)):
+    auto = os.environ.get(_hangkit_core.ENV_AUTO_CHECKIN)
+    if auto is None or _hangkit_core._truthy(auto):  # on by default (config.auto_checkin)
         _extension("_hangkit_autocheckin", st)
     return st
 

@@ -36,7 +36,7 @@ CASES = [
      "py-spy2", "", "must not be empty"),
     ("native_stacks", "auto", '[pyspy]\nnative = "all"', "all", "NONE", "none", "some",
      "must be one of auto, all, none"),
-    ("auto_checkin", False, "auto_checkin = true", True, "yes", True, "maybe", "expected true or false"),
+    ("auto_checkin", True, "auto_checkin = false", False, "0", False, "maybe", "expected true or false"),
     ("stack_samples", 5, "stack_samples = 9", 9, "3", 3, "0", "must be >= 1"),
 ]
 
@@ -158,7 +158,7 @@ def test_to_env_is_the_job_environment():
     assert env["PYTHONPATH"] == boot + os.pathsep + "/home/u/lib"
     assert env["HANGKIT_MODE"] == "observe" and env["HANGKIT_SCRATCH_DIR"] == "/tmp/hk/job_5/attempt_1"
     assert env["HANGKIT_STORAGE_URL"] == "s3://b/p" and "HANGKIT_NCCLRAS_ADDRESS" not in env
-    assert env["TORCH_FR_BUFFER_SIZE"] == "0" and env["HANGKIT_AUTO_CHECKIN"] == "0"
+    assert env["TORCH_FR_BUFFER_SIZE"] == "0" and env["HANGKIT_AUTO_CHECKIN"] == "1"
     # the job environment reads back to the same settings; HANGKIT_SCRATCH_DIR (the
     # job's own directory) is not the scratch_dir setting (the node root)
     assert env["HANGKIT_SCRATCH_ROOT"] == "/tmp/hpc-hangkit"
@@ -192,3 +192,38 @@ def test_together_confirm_defaults_to_twice_the_confirm_window_and_is_checked(tm
     with pytest.raises(ConfigError, match=r"env HANGKIT_TOGETHER_CONFIRM_S: together_confirm_s \(5.0\) must be > "
                                           r"poll_interval_s \(15.0, from default\)"):
         load_settings(env={"HANGKIT_TOGETHER_CONFIRM_S": "5"}, path=os.devnull)
+
+
+@pytest.mark.parametrize("site, job_env, hooked", [
+    ("", None, True),                        # the default: on
+    ("auto_checkin = false\n", None, False),  # off per site (the job environment says 0)
+    ("", "0", False),                         # off per job, over the site's default
+    ("auto_checkin = false\n", "1", True),    # on per job, over the site
+])
+def test_auto_checkin_on_by_default_off_per_site_and_per_job(tmp_path, site, job_env, hooked):
+    """A real interpreter armed through the job environment (sitecustomize on PYTHONPATH) installs
+    the torch.distributed check-in hook exactly when the settings say so; an environment without
+    HANGKIT_AUTO_CHECKIN at all (a job not prepared by Settings.to_env) gets the default, on."""
+    import subprocess
+    import sys
+
+    cfg = toml(tmp_path, site or "# defaults\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HANGKIT_")}
+    if job_env is not None:
+        env["HANGKIT_AUTO_CHECKIN"] = job_env
+    st = load_settings(env=env, path=cfg, overrides={"mode": "observe"})
+    assert st.auto_checkin is hooked
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    job = st.to_env(str(scratch), base_env={k: v for k, v in env.items() if k != "PYTHONPATH"})
+    job.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")  # a rank: the boot arms only ranks
+    assert job["HANGKIT_AUTO_CHECKIN"] == ("1" if hooked else "0")
+    # armed at all (the heartbeat's core loaded), and whether the check-in hook waits for torch
+    probe = ("import sys; assert '_hangkit_core' in sys.modules, 'not armed'; "
+             "m = sys.modules.get('_hangkit_autocheckin'); print(m is not None and m._finder is not None)")
+    out = subprocess.run([sys.executable, "-c", probe], env=job, capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == str(hooked), out.stderr[-2000:]
+    if job_env is None and site == "":
+        del job["HANGKIT_AUTO_CHECKIN"]  # not written at all: the boot default is on
+        out = subprocess.run([sys.executable, "-c", probe], env=job, capture_output=True, text=True, timeout=60)
+        assert out.stdout.strip() == "True", out.stderr[-2000:]
