@@ -158,7 +158,7 @@ class Targets:
 
     def __init__(self, tmpdir):
         from hpc_hangkit import config
-        from hpc_hangkit.slurm import commands as slurm
+        from hpc_hangkit import slurmjob as slurm
         from hpc_hangkit.parse import faulthandler, flightrec, heartbeat, ncclras, pyspy
         from hpc_hangkit.parse import traceback as tbmod
 

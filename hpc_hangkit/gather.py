@@ -171,7 +171,7 @@ class Gathered:
     """What :func:`capture_job` merged: ``files`` written under the tree, ``hosts`` that
     answered (short names, in answer order), ``notes`` (one line each: a node's capture
     problems, unsafe names, nodes that did not answer), ``missing`` (asked nodes without
-    an answer), ``error`` (the :class:`hpc_hangkit.slurm.commands.SlurmError` when the srun
+    an answer), ``error`` (the :class:`hpc_hangkit.slurmjob.SlurmError` when the srun
     step itself failed, else None)."""
     files: int = 0
     hosts: List[str] = field(default_factory=list)
@@ -213,7 +213,7 @@ def capture_job(job_id: str, nodes: List[str], scratch: str, bin_argv: List[str]
                 at: Optional[float] = None) -> Gathered:
     """Capture on the job's ``nodes`` at once and merge every answer under ``hd_root``.
 
-    One ``srun --overlap`` step (:func:`hpc_hangkit.slurm.commands.srun_overlap`, bounded
+    One ``srun --overlap`` step (:func:`hpc_hangkit.slurmjob.srun_overlap`, bounded
     by ``timeout_s`` seconds) runs ``bin_argv + ["slurm-capture", "--scratch", scratch]``
     on ``nodes`` (the attempt scratch path is the same on every node); ``local``, if given,
     runs meanwhile in this thread (this node's own capture into ``hd_root``). The answers
@@ -222,7 +222,7 @@ def capture_job(job_id: str, nodes: List[str], scratch: str, bin_argv: List[str]
     together) go to each node's ``slurm-capture``. Returns :class:`Gathered`; a failed srun
     step is in ``error`` (and a note), never raised.
     """
-    from hpc_hangkit.slurm import commands as slurm
+    from hpc_hangkit import slurmjob as slurm
 
     got: Dict[str, object] = {}
     argv = ["slurm-capture", "--scratch", scratch]

@@ -22,6 +22,7 @@ import stat
 from typing import List, Mapping, Optional
 
 from hpc_hangkit import fsio, layout
+from hpc_hangkit.slurmjob import JobEnv
 
 log = logging.getLogger("hpc_hangkit.storage")
 
@@ -171,27 +172,20 @@ def read_alias(storage_url: str, alias: str, user: Optional[str] = None) -> Opti
         return None
 
 
-def record_array_alias(storage_url: Optional[str], env: Optional[Mapping[str, str]] = None,
-                       user: Optional[str] = None) -> Optional[str]:
+def record_array_alias(storage_url: Optional[str], job: JobEnv) -> Optional[str]:
     """For an array task, store ``<storage_url>/<A>_<T>.jobid`` naming its SLURM_JOB_ID.
 
-    Call it from inside the job (the batch-step monitor): the job environment
-    ``env`` (default os.environ) has ``SLURM_ARRAY_JOB_ID``/``SLURM_ARRAY_TASK_ID``;
-    slurmd's prolog and epilog environments do not (Slurm's prep_script_slurmd.c).
-    With it, ``collect 123_4`` finds the job in storage after Slurm forgot it.
-    Returns the alias written (or already there), None when the job is not an
-    array task or storage_url is unset. Raises ValueError for a bad SLURM_JOB_ID;
-    storage errors propagate.
+    Call it from inside the job (the batch-step monitor): ``job``
+    (:class:`hpc_hangkit.slurmjob.JobEnv` of the job environment) has the array job and
+    task; slurmd's prolog and epilog environments do not (Slurm's prep_script_slurmd.c).
+    With it, ``collect 123_4`` finds the job in storage after Slurm forgot it; ``{user}``
+    in ``storage_url`` is ``job.user``. Returns the alias written (or already there), None
+    when the job is not an array task or storage_url is unset. Storage errors propagate.
     """
-    from hpc_hangkit.slurm.commands import job_id_from_env
-
-    env = os.environ if env is None else env
-    arr, task = env.get("SLURM_ARRAY_JOB_ID", ""), env.get("SLURM_ARRAY_TASK_ID", "")
-    if not (storage_url and arr.isdigit() and task.isdigit()):
+    if not (storage_url and job.alias):
         return None
-    alias = "%s_%s" % (arr, task)
-    write_alias(storage_url, alias, job_id_from_env(env), user)
-    return alias
+    write_alias(storage_url, job.alias, job.job_id, job.user)
+    return job.alias
 
 
 # --------------------------------------------------------------------------- requeue state

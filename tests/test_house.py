@@ -418,3 +418,93 @@ def test_temp_open_rule_finds_the_shapes(tmp_path):
                 "    os.open('%s.tmp' % p, os.O_CREAT)\n    open(p, 'rb')\n",
     })
     assert [b.rsplit(":", 1)[1] for b in temp_opens(files)] == ["4", "6"]
+
+
+# --- one roll-call entry --------------------------------------------------------------
+
+def definitions(files: Dict[str, str], name: str) -> List[str]:
+    """``module`` of every top-level or nested ``def name`` in ``files``."""
+    out = []
+    for m, path in sorted(files.items()):
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+        out.extend(m for n in ast.walk(tree)
+                   if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name)
+    return out
+
+
+def test_report_from_dir_is_defined_once():
+    """Every roll call over a directory (``hpc-hangkit report``, ``collect``, the monitor,
+    capture's plan) goes through one function, so they cannot disagree on its settings."""
+    assert definitions(module_files(), "report_from_dir") == [PKG + ".rollcall.pipeline"]
+
+
+# --- floors: the stage packages import only downwards -------------------------------
+
+#: The stage packages by floor, bottom first: a module may import from its own floor and the
+#: floors below, never from one above. A package that straddles two floors names the modules
+#: of its lower floor (``capture``'s leaves sit below the sources, its orchestrator above the
+#: roll call it plans from). Modules outside these packages (the foundations, ``storage``,
+#: ``gather``, ``slurmjob``, ``detect``, ``cli``, ``run``) are not floors here: the cycle rule
+#: covers them.
+FLOORS: List[Tuple[str, Tuple[str, ...]]] = [
+    ("parse", ("parse",)),
+    ("capture leaves", ("capture.whyfile", "capture.ranks", "capture.native")),
+    ("evidence", ("evidence",)),
+    ("rollcall", ("rollcall",)),
+    ("report", ("report",)),
+    ("capture", ("capture",)),
+    ("collect", ("collect",)),
+    ("slurm", ("slurm",)),
+]
+
+
+def floor_of(module: str, floors=FLOORS) -> Optional[int]:
+    """The floor (index into ``floors``) of a module, its most specific prefix winning; None
+    for a module on no floor."""
+    best, length = None, -1
+    for i, (_, prefixes) in enumerate(floors):
+        for p in prefixes:
+            full = PKG + "." + p
+            if (module == full or module.startswith(full + ".")) and len(full) > length:
+                best, length = i, len(full)
+    return best
+
+
+def upward_imports(files: Dict[str, str], floors=FLOORS) -> List[str]:
+    """``a (floor) -> b (floor)  (file:line what)`` for every import from a lower floor to a
+    higher one. Not counted: a package ``__init__`` as the target (it imports only its own
+    submodules: :func:`init_violations`) and ``__main__`` modules (entry points, like ``cli/``)."""
+    bad = set()
+    for a, b, what in import_graph(files):
+        if a.endswith(".__main__") or files[b].endswith("__init__.py"):
+            continue
+        fa, fb = floor_of(a, floors), floor_of(b, floors)
+        if fa is not None and fb is not None and fa < fb:
+            bad.add("%s (%s) -> %s (%s)  (%s)" % (a, floors[fa][0], b, floors[fb][0], what))
+    return sorted(bad)
+
+
+def test_stage_packages_import_only_downwards():
+    bad = upward_imports(module_files())
+    assert not bad, "an import from a lower floor to a higher one (FLOORS in %s):\n%s" % (
+        os.path.basename(__file__), "\n".join(bad))
+
+
+def test_floor_rule_finds_an_upward_import(tmp_path):
+    files = _tree(tmp_path, {
+        "__init__.py": "",
+        "low/__init__.py": "",
+        "low/leaf.py": "",
+        "low/x.py": "from hpc_hangkit.high import y\n",            # up: found
+        "high/__init__.py": "",
+        "high/y.py": "from hpc_hangkit.low import leaf\n",          # down: fine
+        "high/__main__.py": "from hpc_hangkit.top import z\n",      # an entry point: fine
+        "top/__init__.py": "",
+        "top/z.py": "import hpc_hangkit.low.x\n",
+    })
+    floors = [("low", ("low",)), ("high", ("high",)), ("top", ("top",))]
+    assert [b.split("  (")[0] for b in upward_imports(files, floors)] == [
+        "hpc_hangkit.low.x (low) -> hpc_hangkit.high.y (high)"]
+    assert floor_of("hpc_hangkit.capture.whyfile") < floor_of("hpc_hangkit.evidence.stacks") \
+        < floor_of("hpc_hangkit.capture.orchestrator")

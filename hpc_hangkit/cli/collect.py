@@ -46,7 +46,7 @@ def collect_cmd(job_id, attempt, as_json, out_dir, live, storage_url, html_path)
 
     from hpc_hangkit import layout
     from hpc_hangkit.collect.job import collect_job
-    from hpc_hangkit.slurm.epilog import load_site_settings
+    from hpc_hangkit.collect.attempt import load_site_settings
 
     try:
         layout.validate_job_id(job_id)

@@ -1,4 +1,4 @@
-"""``hpc-hangkit report PATH``: the roll call of a directory of dumps (hpc_hangkit.report.fromdir)."""
+"""``hpc-hangkit report PATH``: the roll call of a directory of dumps (:func:`hpc_hangkit.rollcall.report_from_dir`)."""
 import sys
 
 import click
@@ -45,18 +45,21 @@ def report_cmd(path, as_json, depth, tree, svg_path, html_path, samples, world_s
     """
     import json as _json
 
-    from hpc_hangkit.report import fromdir, render
+    from hpc_hangkit import rollcall
+    from hpc_hangkit.report import render
 
     try:
-        summary, rep = fromdir.report_dir(path, depth=depth, world_size=world_size, samples=samples)
+        rep = rollcall.report_from_dir(path, _settings(), depth=depth, world_size=world_size, samples=samples,
+                                       empty_ok=False)
     except FileNotFoundError:
         click.echo("hpc-hangkit report: %s: no such file or directory" % path, err=True)
         sys.exit(2)
-    except fromdir.NoDumps as e:
+    except rollcall.NoDumps as e:
         click.echo("hpc-hangkit report: %s" % e, err=True)
         for w in e.warnings[:20]:
             click.echo("  " + w, err=True)
         sys.exit(2)
+    summary = rep.summary
     if summary_out:
         write_output(summary_out, _json.dumps(summary, separators=(",", ":")), "--summary-out")
     if svg_path:
@@ -77,3 +80,14 @@ def report_cmd(path, as_json, depth, tree, svg_path, html_path, samples, world_s
         if html_path:
             click.echo("HTML report: %s" % html_path)
     sys.exit(0)
+
+
+def _settings():
+    """The site settings (config file and HANGKIT_* environment), or the built-in defaults
+    when they cannot be loaded: a broken site config must not block a post-mortem."""
+    from hpc_hangkit import config
+
+    try:
+        return config.load_settings()
+    except Exception:
+        return config.Settings.defaults()

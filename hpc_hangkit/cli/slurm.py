@@ -14,7 +14,7 @@ def slurm_monitor_cmd(step):
     as the job's user, or with --step the monitor of an interactive step, started by the
     plugin in srun. Reads the job (or srun) environment; always exits 0."""
     from hpc_hangkit.slurm.batch import monitor_main
-    from hpc_hangkit.slurm.commands import validate_step_id
+    from hpc_hangkit.slurmjob import validate_step_id
 
     if step is not None:
         try:

@@ -1,6 +1,6 @@
 """The copy engine: one attempt's node scratch -> storage, verified, with a manifest.
 
-Runs as the job's user (the epilog's dropped child, :mod:`hpc_hangkit.slurm.epilog`, or
+Runs as the job's user (the collector's dropped child, :mod:`hpc_hangkit.collect.attempt`, or
 ``hpc-hangkit collect`` on the node) on a tree the user controls: it walks the
 tree through directory file descriptors with ``O_NOFOLLOW`` and copies only
 regular files (symlinks, fifos, devices and sockets are listed in the manifest

@@ -15,9 +15,9 @@ import sys
 import time
 
 from hpc_hangkit import layout
+from hpc_hangkit.collect.attempt import collect_attempt, load_site_settings, rmdir_empty_attempt
 from hpc_hangkit.collect.copy import has_manifest, job_scratch, local_attempts
-from hpc_hangkit.slurm.epilog import (collect_attempt, host_name, load_site_settings,
-                                      rmdir_empty_attempt)
+from hpc_hangkit.slurmjob import node_name
 from hpc_hangkit.storage import (ALIAS_SUFFIX, attempt_url, expand_storage_url, fs_and_root,
                                  read_alias, storage_attempts)
 
@@ -67,7 +67,7 @@ def finish_local(job_id, *, settings=None, attempt=None, budget_s=120.0, log=Non
         res = collect_attempt(settings.scratch_dir, key, a, settings.storage_url,
                               uid=st.st_uid, gid=gid, user=user,
                               deadline=time.monotonic() + budget_s,
-                              host=host_name(os.environ), home=home)
+                              host=node_name(os.environ), home=home)
         res["attempt"] = a
         if res.get("status") == "complete" and os.geteuid() == 0:
             rmdir_empty_attempt(settings.scratch_dir, key, a)
@@ -196,7 +196,7 @@ def collect_job(job_id, *, attempt=None, settings=None, out_dir=None, live=None,
                                                out_dir, timeout_s, notes)
         from hpc_hangkit.rollcall import report_from_dir
 
-        report = report_from_dir(hd_dir)
+        report = report_from_dir(hd_dir, settings)
     except BaseException as e:
         if made:
             shutil.rmtree(out_dir, ignore_errors=True)
@@ -248,7 +248,7 @@ def _job_info(job_id):
     """{running, attempt, nodes, jobid} from Slurm (scontrol), or None when
     Slurm is absent or no longer knows the job (then storage is read)."""
     try:
-        from hpc_hangkit.slurm import commands as slurm
+        from hpc_hangkit import slurmjob as slurm
 
         info = slurm.job_info(job_id)
     except (ImportError, RuntimeError, OSError):

@@ -101,7 +101,7 @@ class RasClient:
     is read when ``ncclras_address`` is unset (default ``os.environ``);
     ``prefix``: argv run in front of the client so it runs on a node that hosts
     a rank (e.g. ``["srun", "--overlap", "--jobid", J, "-w", NODE, "-N1", "-n1"]``
-    from :mod:`hpc_hangkit.slurm.commands`), empty to run locally.
+    from :mod:`hpc_hangkit.slurmjob`), empty to run locally.
 
     ``disabled`` is None or the reason the source was switched off.
     """

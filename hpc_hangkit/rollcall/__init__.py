@@ -50,7 +50,7 @@ INCONCLUSIVE into its own verdict (e.g. SAME_LINE_DIFFERENT_ARGS).
 from hpc_hangkit.rollcall.facts import SUMMARY_VERSION, Checkin, RankFacts, rank_facts
 from hpc_hangkit.rollcall.frames import collective_of, is_library_frame, is_startup, main_thread, user_frame
 from hpc_hangkit.rollcall.nodes import merge, positions, summarize_dir, summarize_node
-from hpc_hangkit.rollcall.pipeline import report_from_dir, report_from_summary_and_dir
+from hpc_hangkit.rollcall.pipeline import NoDumps, report_from_dir, report_from_summary_and_dir
 from hpc_hangkit.rollcall.read import read_dir, rank_from_name
 from hpc_hangkit.rollcall.sections import add_sections, adopt_sections
 from hpc_hangkit.rollcall.verdict import ROLES, VERDICTS, Group, Report, Verdict, build_report, short_error
@@ -58,7 +58,7 @@ from hpc_hangkit.rollcall.verdict import ROLES, VERDICTS, Group, Report, Verdict
 __all__ = [
     "VERDICTS", "ROLES", "SUMMARY_VERSION", "Group", "Report", "Verdict", "RankFacts", "Checkin", "main_thread",
     "is_startup", "is_library_frame", "user_frame", "collective_of", "rank_facts", "positions",
-    "summarize_node", "summarize_dir", "merge", "build_report", "report_from_dir",
+    "summarize_node", "summarize_dir", "merge", "build_report", "NoDumps", "report_from_dir",
     "report_from_summary_and_dir", "add_sections", "read_dir", "rank_from_name", "short_error",
     "adopt_sections",
 ]

@@ -1,32 +1,58 @@
-"""The roll call over a directory: read it, summarize it, build the report, add the sections."""
+"""The roll call over a directory, the one entry point every caller uses (``hpc-hangkit
+report``, ``hpc-hangkit collect``, the monitor, capture's native-stack plan): read it,
+summarize it, build the report, add the sections."""
 import time
-from typing import Optional
+from typing import List, Optional
 
 from hpc_hangkit.rollcall.nodes import summarize_dir
 from hpc_hangkit.rollcall.sections import add_sections
 from hpc_hangkit.rollcall.verdict import Report, build_report
 
-__all__ = ["report_from_dir", "report_from_summary_and_dir"]
+__all__ = ["NoDumps", "report_from_dir", "report_from_summary_and_dir"]
+
+#: K when no settings are given (the ``stack_samples`` setting's built-in default)
+DEFAULT_SAMPLES = 5
 
 
-def report_from_dir(path: str, *, world_size: Optional[int] = None, depth: Optional[int] = None,
-                    samples: int = 5, now: Optional[float] = None) -> Report:
-    """The roll call over everything under ``path`` (a directory or one file).
+class NoDumps(ValueError):
+    """A directory holds no stack dumps, tracebacks, heartbeats, unwatched markers or
+    summaries; ``warnings`` are the reader's warnings (why files were skipped)."""
 
-    ``world_size``: number of ranks (default: from the dump headers); ranks
-    below it with no data are listed as missing. ``depth``: group by the
-    innermost N frames (default: the whole chain). ``samples``: K, how many of
-    each rank's newest samples decide its position. ``now``: epoch seconds for
-    check-in ages (default: the report's own clock).
+    def __init__(self, path: str, warnings: List[str]):
+        ValueError.__init__(self, "no stack dumps, tracebacks, heartbeats or summaries under %s" % path)
+        self.path = path
+        self.warnings = warnings
+
+
+def report_from_dir(path: str, settings=None, *, samples: Optional[int] = None, world_size: Optional[int] = None,
+                    depth: Optional[int] = None, now: Optional[float] = None, empty_ok: bool = True) -> Report:
+    """The roll call over everything under ``path`` (a directory, searched recursively,
+    symlinks not followed, or one file).
+
+    ``settings``: a :class:`hpc_hangkit.config.Settings` (or anything with ``stack_samples``);
+    its ``stack_samples`` is K, how many of each rank's newest samples decide its position.
+    ``samples``: K given directly (wins over ``settings``); with neither, K is
+    :data:`DEFAULT_SAMPLES`. ``world_size``: number of ranks (default: from the dump
+    headers); ranks below it with no data are listed as missing. ``depth``: group by the
+    innermost N frames (default: the whole chain). ``now``: epoch seconds for check-in ages
+    (default: the report's own clock). The node summary the report was built from is
+    ``report.summary``.
 
     After the stack analysis, the sections of the sources of evidence
-    (:func:`hpc_hangkit.rollcall.sections.add_sections`) are added where their directories exist; then, for MISSED / SPLIT /
-    GONE, where each minority group's path split from the majority's
-    (:func:`hpc_hangkit.rollcall.branch.add_branches`: reads the source files the frames name).
-    Raises ``FileNotFoundError`` when ``path`` does not exist; everything else
-    (bad files, missing modules) becomes a warning.
+    (:func:`hpc_hangkit.rollcall.sections.add_sections`) are added where their directories
+    exist; then, for MISSED / SPLIT / GONE, where each minority group's path split from the
+    majority's (:func:`hpc_hangkit.rollcall.branch.add_branches`: reads the source files the
+    frames name).
+
+    Raises ``FileNotFoundError`` when ``path`` does not exist, :class:`NoDumps` when it holds
+    nothing to report on and ``empty_ok`` is false (true: an INCONCLUSIVE report saying so);
+    everything else (bad files, missing modules) becomes a warning.
     """
+    if samples is None:
+        samples = DEFAULT_SAMPLES if settings is None else settings.stack_samples
     summary = summarize_dir(path, world_size=world_size, samples=samples)
+    if not empty_ok and not summary["positions"] and not summary["unwatched"]:
+        raise NoDumps(path, summary["warnings"])
     return report_from_summary_and_dir(summary, path, depth=depth, world_size=world_size, now=now)
 
 
@@ -35,6 +61,7 @@ def report_from_summary_and_dir(summary: dict, path: str, *, depth: Optional[int
     """:func:`build_report` of ``summary``, plus the extension sections found under ``path``."""
     rep = build_report(summary, depth=depth, world_size=world_size,
                        now=now if now is not None else time.time())
+    rep.summary = summary
     add_sections(rep, path)
     # the branch analysis is the lint's (hpc_hangkit.lint): loaded only for a report that
     # is built, never by the monitor's or the stack source's use of the roll call's rules
@@ -42,4 +69,3 @@ def report_from_summary_and_dir(summary: dict, path: str, *, depth: Optional[int
 
     add_branches(rep)
     return rep
-

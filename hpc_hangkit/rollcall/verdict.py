@@ -116,6 +116,8 @@ class Report:
         self.stack_verdict = "INCONCLUSIVE"
         #: the section whose verdict was adopted ("flight_recorder" / "nccl_ras") or None
         self.adopted_from: Optional[str] = None
+        #: the node summary this report was built from (``*.summary.json`` shape), if kept
+        self.summary: Optional[dict] = None
 
     def checkins(self) -> Dict[int, dict]:
         """Per rank with a heartbeat: ``{"label", "wall_s", "age_s", "counter"}`` (age vs ``self.now``)."""

@@ -18,7 +18,7 @@ as ``hpc-hangkit run``, with Slurm sources:
   private view directory, and :class:`hpc_hangkit.evidence.stacks.StackSource` decides
   (progress anywhere -> not stalled; ranks disagree -> stalled).
 - **sstat** step counters (CPU seconds, disk bytes per step, via
-  :func:`hpc_hangkit.slurm.commands.step_stats`) ride along in the detail of every
+  :func:`hpc_hangkit.slurmjob.step_stats`) ride along in the detail of every
   stalled poll as evidence, and tell whether any step is running at all. They
   never reset the detector on their own: a rank blocked in a busy-waiting
   collective burns CPU, and a rank's own stall dumps are disk writes.
@@ -74,7 +74,7 @@ from hpc_hangkit import fsio, layout, storage
 from hpc_hangkit.capture.ranks import ALIVE, ENDED, GONE, UNKNOWN, Liveness, node_liveness
 from hpc_hangkit.evidence.stacks import together_after_s
 from hpc_hangkit.gather import read_tail
-from hpc_hangkit.slurm import commands as slurm
+from hpc_hangkit import slurmjob as slurm
 from hpc_hangkit.wire import decode_files, emit_doc, encode_files, parse_docs
 
 log = logging.getLogger("hpc_hangkit.slurm.batch")
@@ -817,8 +817,7 @@ class BatchMonitor:
         if not url or not self.env.get("SLURM_ARRAY_TASK_ID"):
             return None
         try:
-            alias = storage.record_array_alias(url, self.env,
-                                               self.env.get("SLURM_JOB_USER") or self.env.get("USER"))
+            alias = storage.record_array_alias(url, slurm.JobEnv.from_env(self.env))
             if alias:
                 log.info("array task %s is job %s (alias stored)", alias, self.job_id)
             return alias
@@ -827,7 +826,7 @@ class BatchMonitor:
             return None
 
     def step_stats(self):
-        """The sstat counters this monitor weighs (:func:`hpc_hangkit.slurm.commands.step_stats`):
+        """The sstat counters this monitor weighs (:func:`hpc_hangkit.slurmjob.step_stats`):
         every step of the job."""
         return slurm.step_stats(self.job_id)
 
@@ -891,7 +890,7 @@ class StepMonitor(BatchMonitor):
     the ``srun`` process, as the user; its stderr is srun's, the user's terminal).
 
     The :class:`BatchMonitor` with these differences: every node of the step
-    (``scontrol show step``, :func:`hpc_hangkit.slurm.commands.step_info`) is remote, probed
+    (``scontrol show step``, :func:`hpc_hangkit.slurmjob.step_info`) is remote, probed
     and captured with ``srun --overlap`` (the srun host is usually a login node, not a node
     of the job), every poll when nothing progressed; the work directory (log, view, the
     captured tree and roll call) is :func:`hpc_hangkit.layout.step_monitor_dir` under the
@@ -1005,7 +1004,7 @@ STEP_LOOKUP_S = 30.0
 
 
 def _wait_step(step: str, done: threading.Event, timeout_s: float = STEP_LOOKUP_S):
-    """The step as Slurm lists it (:func:`hpc_hangkit.slurm.commands.step_info`) once it has
+    """The step as Slurm lists it (:func:`hpc_hangkit.slurmjob.step_info`) once it has
     nodes, asked every second for up to ``timeout_s`` seconds (srun starts the monitor right
     after the step is created); None when it never shows or ``done`` is set."""
     end = time.monotonic() + timeout_s

@@ -12,7 +12,8 @@ import pytest
 
 from hpc_hangkit import layout, storage
 from hpc_hangkit.collect import copy, job
-from hpc_hangkit.slurm import epilog
+from hpc_hangkit.collect.attempt import collect_attempt
+from hpc_hangkit.slurmjob import JobEnv
 
 from collect_helpers import area, faulthandler_dump, job_user, local_files  # noqa: F401 (area: fixture)
 
@@ -31,7 +32,7 @@ def _stored(area, job_id, attempt=0):
 
 def _run(area, job_id, attempt=0, budget=20.0, storage_url=None):
     uid, gid, user = job_user()
-    return epilog.collect_attempt(
+    return collect_attempt(
         area.scratch, job_id, attempt, storage_url or "file://" + area.storage,
         uid=uid, gid=gid, user=user, deadline=time.monotonic() + budget, host="hk1")
 
@@ -75,7 +76,7 @@ def test_rerun_is_idempotent_and_other_nodes_same_name_kept(area):
     # a second node writes the same name with other content: both kept
     area.make_attempt("102", 0, uid, gid, {"hang_detector/events.jsonl": b'{"b": 2}\n'})
     uid, gid, user = job_user()
-    res = epilog.collect_attempt(area.scratch, "102", 0, "file://" + area.storage, uid=uid,
+    res = collect_attempt(area.scratch, "102", 0, "file://" + area.storage, uid=uid,
                                  gid=gid, user=user, deadline=time.monotonic() + 20, host="hk2")
     assert res["status"] == "complete", res
     _, stored = _stored(area, "102")
@@ -184,7 +185,7 @@ def test_unwritable_storage_keeps_local_with_manifest_then_finish_local_copies(a
 def test_no_storage_url_leaves_manifest(area):
     uid, gid, user = job_user()
     d = area.make_attempt("107", 0, uid, gid, {"watchdog/rank_0.pid1.log": b"x\n"})
-    res = epilog.collect_attempt(area.scratch, "107", 0, None, uid=uid, gid=gid, user=user,
+    res = collect_attempt(area.scratch, "107", 0, None, uid=uid, gid=gid, user=user,
                                  deadline=time.monotonic() + 10, host="hk1")
     assert res["status"] == "incomplete" and "storage_url" in res["reason"]
     man = copy.read_manifest(d)
@@ -197,7 +198,7 @@ def test_budget_spent_leaves_pending_files_in_manifest(area):
     files = {"watchdog/rank_%d.pid%d.log" % (r, r + 100): b"y" * 64 for r in range(3)}
     d = area.make_attempt("108", 0, uid, gid, files)
     # a budget too short to start any copy: nothing copied, but the outcome is recorded
-    res = epilog.collect_attempt(area.scratch, "108", 0, "file://" + area.storage, uid=uid,
+    res = collect_attempt(area.scratch, "108", 0, "file://" + area.storage, uid=uid,
                                  gid=gid, user=user, deadline=time.monotonic() + 0.3, host="hk1")
     assert res["status"] in ("incomplete", "timeout"), res
     man = copy.read_manifest(d)
@@ -338,7 +339,7 @@ def test_same_log_from_owner_and_monitor_copy_is_stored_once(area, fh_dump):
     assert _run(area, "112")["status"] == "complete"
     area.make_attempt("112", 0, uid, gid, {"watchdog/rank_2.pid7.log": log_full,
                                           "heartbeats/rank_2.pid7.hb": b"A" * 64})
-    res = epilog.collect_attempt(area.scratch, "112", 0, "file://" + area.storage, uid=uid,
+    res = collect_attempt(area.scratch, "112", 0, "file://" + area.storage, uid=uid,
                                  gid=gid, user=user, deadline=time.monotonic() + 20, host="hk2")
     assert res["status"] == "complete", res
     _, stored = _stored(area, "112")
@@ -348,7 +349,7 @@ def test_same_log_from_owner_and_monitor_copy_is_stored_once(area, fh_dump):
     assert open(stored["hang_detector/watchdog/rank_0.pid5.log"], "rb").read() == fh_dump
     # a really different file of the same name (a rewritten heartbeat) is kept too
     area.make_attempt("112", 0, uid, gid, {"heartbeats/rank_2.pid7.hb": b"B" * 64})
-    res = epilog.collect_attempt(area.scratch, "112", 0, "file://" + area.storage, uid=uid,
+    res = collect_attempt(area.scratch, "112", 0, "file://" + area.storage, uid=uid,
                                  gid=gid, user=user, deadline=time.monotonic() + 20, host="hk1")
     _, stored = _stored(area, "112")
     assert open(stored["hang_detector/heartbeats/rank_2.pid7.hb"], "rb").read() == b"A" * 64
@@ -373,11 +374,11 @@ def test_fetch_from_shared_storage_skips_planted_links(tmp_path):
 def test_record_array_alias_from_the_job_environment(tmp_path):
     url = "file://%s" % tmp_path
     env = {"SLURM_JOB_ID": "124", "SLURM_ARRAY_JOB_ID": "123", "SLURM_ARRAY_TASK_ID": "4"}
-    assert storage.record_array_alias(url, env) == "123_4"
+    assert storage.record_array_alias(url, JobEnv.from_env(env)) == "123_4"
     assert (tmp_path / "123_4.jobid").read_text() == "124\n"
     assert storage.read_alias(url, "123_4", None) == "124"
-    assert storage.record_array_alias(url, {"SLURM_JOB_ID": "5"}) is None
-    assert storage.record_array_alias(None, env) is None
+    assert storage.record_array_alias(url, JobEnv.from_env({"SLURM_JOB_ID": "5"})) is None
+    assert storage.record_array_alias(None, JobEnv.from_env(env)) is None
     (tmp_path / "9_9.jobid").write_text("../../x\n")      # a forged alias is ignored
     assert storage.read_alias(url, "9_9", None) is None
 

@@ -15,7 +15,7 @@ import pytest
 
 from testlib import dump_samples, validate_report, wait_for
 from hpc_hangkit import config, gather, wire
-from hpc_hangkit.slurm import epilog
+from hpc_hangkit.collect.attempt import collect_attempt
 
 RANKS = 3
 SCRIPT = textwrap.dedent("""
@@ -77,7 +77,7 @@ def test_live_capture_answer_merges_into_a_roll_call(spawn, tmp_path):
     # the job ends: its epilog stores the scratch (job user root here), and
     # `hpc-hangkit collect` reads storage -- also by its array-task name
     storage = tmp_path / "storage"
-    res = epilog.collect_attempt(str(tmp_path), "7", 0, "file://%s" % storage, uid=0, gid=0,
+    res = collect_attempt(str(tmp_path), "7", 0, "file://%s" % storage, uid=0, gid=0,
                                  user="root", deadline=time.monotonic() + 30, host="hk1")
     assert res["status"] == "complete", res
     (storage / "5_1.jobid").write_text("7\n")

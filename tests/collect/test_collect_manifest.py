@@ -9,14 +9,14 @@ import time
 import pytest
 
 from hpc_hangkit.collect import copy
-from hpc_hangkit.slurm import epilog
+from hpc_hangkit.collect.attempt import collect_attempt
 
 from collect_helpers import area, as_uid, job_user, local_files  # noqa: F401 (area: fixture)
 
 
 def _collect(area, job_id, budget=20.0, url=None):
     uid, gid, user = job_user()
-    return epilog.collect_attempt(area.scratch, job_id, 0, url or "file://" + area.storage,
+    return collect_attempt(area.scratch, job_id, 0, url or "file://" + area.storage,
                                   uid=uid, gid=gid, user=user,
                                   deadline=time.monotonic() + budget, host="hk1")
 

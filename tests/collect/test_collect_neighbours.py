@@ -13,6 +13,7 @@ import time
 import pytest
 
 from hpc_hangkit.collect import copy, job
+from hpc_hangkit.collect.attempt import collect_attempt
 from hpc_hangkit.slurm import epilog
 
 from collect_helpers import area, as_uid, two_users  # noqa: F401 (area: fixture)
@@ -101,7 +102,7 @@ def test_planted_paths_are_refused_and_dumps_stay_local(area, how, root_job):
     d = area.make_attempt(job_id, 0, uid, gid, FILES)
     evil = _plant(area, other, how, job_id)
     before = set(_tree(area.storage, evil))
-    res = epilog.collect_attempt(area.scratch, job_id, 0, "file://" + area.storage, uid=uid,
+    res = collect_attempt(area.scratch, job_id, 0, "file://" + area.storage, uid=uid,
                                  gid=gid, user=user, deadline=time.monotonic() + 20, host="hk1")
     assert res["status"] == "incomplete", res
     assert "refused" in res["reason"], res
@@ -125,7 +126,7 @@ def test_root_job_refuses_a_planted_user_prefix(area):
     os.mkdir(evil)
     os.chown(evil, other[0], other[1])
     as_uid(other[0], other[1], lambda: os.symlink(evil, os.path.join(area.storage, "root")))
-    res = epilog.collect_attempt(area.scratch, "6200", 0, "file://%s/{user}" % area.storage,
+    res = collect_attempt(area.scratch, "6200", 0, "file://%s/{user}" % area.storage,
                                  uid=0, gid=0, user="root", deadline=time.monotonic() + 20,
                                  host="hk1")
     assert res["status"] == "incomplete" and "symlink of uid %d" % other[0] in res["reason"], res
@@ -144,7 +145,7 @@ def test_stored_dumps_private_even_under_a_default_acl_on_the_store(area):
     area.make_attempt("6300", 0, uid, gid, FILES)
     # the job's own monitor made the job directory earlier, with a loose umask
     as_uid(uid, gid, lambda: (os.umask(0), os.makedirs(os.path.join(area.storage, "6300"))))
-    res = epilog.collect_attempt(area.scratch, "6300", 0, "file://" + area.storage, uid=uid,
+    res = collect_attempt(area.scratch, "6300", 0, "file://" + area.storage, uid=uid,
                                  gid=gid, user=user, deadline=time.monotonic() + 20, host="hk1")
     assert res["status"] == "complete", res
     jd = os.path.join(area.storage, "6300")
@@ -198,7 +199,7 @@ def test_monitor_report_publish_obeys_the_same_rules(area, tmp_path):
     got = as_uid(uid, gid, lambda: storage.publish_report(url, "6501", 0, hd, user))
     assert got.endswith("6501/attempt_0/hang_detector/report.txt"), got
     area.make_attempt("6501", 0, uid, gid, FILES)
-    res = epilog.collect_attempt(area.scratch, "6501", 0, url, uid=uid, gid=gid, user=user,
+    res = collect_attempt(area.scratch, "6501", 0, url, uid=uid, gid=gid, user=user,
                                  deadline=time.monotonic() + 20, host="hk1")
     assert res["status"] == "complete", res
 

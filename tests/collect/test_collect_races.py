@@ -19,7 +19,7 @@ import time
 import pytest
 
 from hpc_hangkit.collect import copy
-from hpc_hangkit.slurm import epilog
+from hpc_hangkit.collect.attempt import collect_attempt
 
 from collect_helpers import (EPILOG, REPO, area, as_uid, epilog_env, job_user,  # noqa: F401 (area)
                              local_files, write_site_toml)
@@ -38,7 +38,7 @@ def _worker(args):
     scratch, job_id, url, barrier, q = args
     uid, gid, user = job_user()
     barrier.wait(timeout=60)
-    res = epilog.collect_attempt(scratch, job_id, 0, url, uid=uid, gid=gid, user=user,
+    res = collect_attempt(scratch, job_id, 0, url, uid=uid, gid=gid, user=user,
                                  deadline=time.monotonic() + 30, host="hk1")
     q.put(res)
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from hpc_hangkit.slurm import epilog
+from hpc_hangkit.collect.attempt import collect_attempt
 
 from collect_helpers import area, job_user  # noqa: F401 (area: fixture)
 
@@ -39,7 +39,7 @@ def test_100k_files_long_url_complete_across_15s_reruns(area):
     runs = []
     for _ in range(30):
         t0 = time.monotonic()
-        res = epilog.collect_attempt(area.scratch, "800", 0, url, uid=uid, gid=gid, user=user,
+        res = collect_attempt(area.scratch, "800", 0, url, uid=uid, gid=gid, user=user,
                                      deadline=t0 + BUDGET_S, host="hk1")
         took = time.monotonic() - t0
         left = sum(len(ns) for _, _, ns in os.walk(d)) if os.path.isdir(d) else 0

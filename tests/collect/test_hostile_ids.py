@@ -6,7 +6,7 @@ import pytest
 
 from hpc_hangkit import config, layout, storage
 from hpc_hangkit.collect import copy
-from hpc_hangkit.slurm import commands as slurm
+from hpc_hangkit import slurmjob as slurm
 
 BAD_IDS = ["", " ", "..", "../1", "1/..", "1/2", "12;rm -rf /", "1 2", "$(id)", "`id`", "1\n2", "1\x00",
            "123_[1-3]", "123+0", "-1", "1.0", "0x10", "１２３", "1" * 11, "123_", "_1", "abc", "~root"]
@@ -296,3 +296,20 @@ def test_capture_never_targets_init_or_every_process():
 
     assert not pid_alive(-1) and not pid_alive(0) and not pid_alive(1)
     assert pid_alive(os.getpid())
+
+
+def test_job_env_is_read_once_and_refuses_what_it_cannot_trust():
+    env = {"SLURM_JOB_ID": "124", "SLURM_ARRAY_JOB_ID": "123", "SLURM_ARRAY_TASK_ID": "4",
+           "SLURM_JOB_RESTART_COUNT": "2", "SLURM_STEP_ID": "1", "SLURM_JOB_UID": "1000",
+           "SLURM_JOB_GID": "100", "SLURM_JOB_USER": "alice", "SLURMD_NODENAME": "n7",
+           "HANGKIT_SCRATCH_DIR": "/tmp/hpc-hangkit/job_124/attempt_2"}
+    job = slurm.JobEnv.from_env(env)
+    assert job == slurm.JobEnv("124", 2, "123", "4", 1, 1000, 100, "alice", "n7",
+                               "/tmp/hpc-hangkit/job_124/attempt_2")
+    assert job.alias == "123_4"
+    # an array id that is not a number is no alias; a batch step has no step number
+    job = slurm.JobEnv.from_env(dict(env, SLURM_ARRAY_TASK_ID="4;x", SLURM_STEP_ID="batch"))
+    assert (job.alias, job.step) == (None, None)
+    for bad in ({"SLURM_JOB_ID": "../../etc"}, {"SLURM_JOB_ID": "123_4"}, {"SLURM_JOB_UID": "x"}):
+        with pytest.raises(ValueError):
+            slurm.JobEnv.from_env(dict(env, **bad))

@@ -12,7 +12,7 @@ import pytest
 
 from hpc_hangkit import storage
 from hpc_hangkit.collect import copy, job
-from hpc_hangkit.slurm import epilog
+from hpc_hangkit.collect.attempt import collect_attempt
 
 from collect_helpers import (S3_ENV, area, faulthandler_dump,  # noqa: F401 (area: fixture)
                              job_user, start_moto)
@@ -51,7 +51,7 @@ def test_s3_round_trip_verified(area, s3):
              "heartbeats/rank_0.pid31.hb": os.urandom(300)}
     d = area.make_attempt("201", 0, uid, gid, files)
     url = "s3://%s/prefix" % BUCKET
-    res = epilog.collect_attempt(area.scratch, "201", 0, url, uid=uid, gid=gid, user=user,
+    res = collect_attempt(area.scratch, "201", 0, url, uid=uid, gid=gid, user=user,
                                  deadline=time.monotonic() + 60, host="hk1")
     assert res["status"] == "complete", res
     assert res["copied"] == 4
@@ -80,7 +80,7 @@ def test_s3_stalled_past_budget_then_finished_later(area, s3):
     url = "s3://%s/stall" % BUCKET
     os.kill(proc.pid, signal.SIGSTOP)         # accepts TCP connections, never answers
     t0 = time.monotonic()
-    res = epilog.collect_attempt(area.scratch, "202", 0, url, uid=uid, gid=gid, user=user,
+    res = collect_attempt(area.scratch, "202", 0, url, uid=uid, gid=gid, user=user,
                                  deadline=t0 + 4.0, host="hk1")
     took = time.monotonic() - t0
     assert took < 5.0, "collector overran its 4 s budget: %.1f s" % took
@@ -130,7 +130,7 @@ def test_user_fsspec_config_is_used_for_the_users_job(area, spawn, port, monkeyp
         for n in dirs + files + ["."]:
             os.chown(os.path.join(root, n), uid, gid)
     area.make_attempt("203", 0, uid, gid, {"watchdog/rank_0.pid1.log": b"dump\n"})
-    res = epilog.collect_attempt(area.scratch, "203", 0, "s3://userconf/d", uid=uid, gid=gid,
+    res = collect_attempt(area.scratch, "203", 0, "s3://userconf/d", uid=uid, gid=gid,
                                  user=user, deadline=time.monotonic() + 60, host="hk1",
                                  home=home)
     assert res["status"] == "complete", res

@@ -176,7 +176,7 @@ def test_ncclras_rank_entries_that_are_not_objects(targets):
 
 
 def test_sstat_counter_times_ntasks_overflow(targets):
-    from hpc_hangkit.slurm.commands import parse_sstat
+    from hpc_hangkit.slurmjob import parse_sstat
 
     assert parse_sstat("4242.0|" + "9" * 400 + "|00:01:02|1K|1K\n4242.1|2|00:00:01|1K|1K\n")[0].step == "4242.1"
     assert parse_sstat("4242.0|2|00:00:01|" + "9" * 400 + "|1K\n") == []  # inf bytes: not a counter

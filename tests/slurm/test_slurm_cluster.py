@@ -18,7 +18,7 @@ import time
 import pytest
 
 from conftest import free_port
-from hpc_hangkit.slurm import commands as slurm
+from hpc_hangkit import slurmjob as slurm
 
 pytestmark = pytest.mark.slurm
 

@@ -20,7 +20,7 @@ from fakeslurm import FakeCommands, Reply
 from hpc_hangkit import gather, layout, wire
 from hpc_hangkit.capture.whyfile import is_why_data
 from hpc_hangkit.slurm import batch
-from hpc_hangkit.slurm import commands as slurm
+from hpc_hangkit import slurmjob as slurm
 
 
 

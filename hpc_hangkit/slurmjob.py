@@ -1,5 +1,7 @@
-"""The one place that runs Slurm commands (``scontrol``, ``squeue``, ``sstat``,
-``srun --overlap``, ``scancel``).
+"""The job as Slurm describes it: :class:`JobEnv`, the one reading of a job's ``SLURM_*``
+environment, and the one place that runs Slurm commands (``scontrol``, ``squeue``,
+``sstat``, ``srun --overlap``, ``scancel``). A foundation: it imports only ``layout``, so
+storage, the collector and the monitor all take its values.
 
 Rules: argv lists only (never a shell); every job id is validated first
 (:func:`hpc_hangkit.layout.validate_job_id`); every call has a timeout; a missing command or a
@@ -10,13 +12,14 @@ exists from 23.02), ``squeue --json`` where it is wanted (22.05 gives
 ``job_state`` as a string, 24.11 and 26.05 as a list), ``sstat -P`` pipe-separated
 (the same in all three; docs/admin.md has the table per release).
 
-Not used by the prolog and epilog (they must never call Slurm).
+The prolog and epilog use :class:`JobEnv` only (they must never call Slurm).
 """
 import json
 import math
 import os
 import re
 import shutil
+import socket
 import subprocess
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence
@@ -47,6 +50,67 @@ def attempt_from_env(env: Optional[Mapping[str, str]] = None) -> int:
         if v.isdigit():
             return int(v)
     return 0
+
+
+@dataclass(frozen=True)
+class JobEnv:
+    """One job (step) as its environment names it, read once (:meth:`from_env`) and handed to
+    every consumer. Set by slurmd for a prolog/epilog and by Slurm inside the job:
+
+    ``job_id``: the unique numeric ``SLURM_JOB_ID`` (str); ``attempt``: 0-based restart count
+    (:func:`attempt_from_env`); ``array_job``/``array_task``: ``SLURM_ARRAY_JOB_ID`` /
+    ``SLURM_ARRAY_TASK_ID`` when both are numbers (slurmd's epilog of 22.05-24.11 does not
+    set them); ``step``: ``SLURM_STEP_ID`` (a number, or None outside a step); ``uid``/``gid``:
+    ``SLURM_JOB_UID``/``SLURM_JOB_GID`` (None when unset); ``user``: ``SLURM_JOB_USER``, else
+    ``USER`` (unchecked: the epilog takes the name from the passwd entry of ``uid``); ``node``:
+    this node's short name (``SLURMD_NODENAME``, else the host name); ``scratch``: the job
+    attempt's own scratch directory (``HANGKIT_SCRATCH_DIR``, set by the prolog), or None."""
+    job_id: str
+    attempt: int = 0
+    array_job: Optional[str] = None
+    array_task: Optional[str] = None
+    step: Optional[int] = None
+    uid: Optional[int] = None
+    gid: Optional[int] = None
+    user: Optional[str] = None
+    node: str = ""
+    scratch: Optional[str] = None
+
+    @classmethod
+    def from_env(cls, env: Optional[Mapping[str, str]] = None) -> "JobEnv":
+        """Read ``env`` (default os.environ). Raises ValueError when ``SLURM_JOB_ID`` is missing
+        or not the numeric id, or ``SLURM_JOB_UID``/``SLURM_JOB_GID`` is set but not a number."""
+        env = os.environ if env is None else env
+        arr, task = env.get("SLURM_ARRAY_JOB_ID", ""), env.get("SLURM_ARRAY_TASK_ID", "")
+        both = arr.isdigit() and task.isdigit()
+        step = env.get("SLURM_STEP_ID", "")
+        return cls(job_id=job_id_from_env(env), attempt=attempt_from_env(env),
+                   array_job=arr if both else None, array_task=task if both else None,
+                   step=int(step) if step.isdigit() else None,
+                   uid=_int_or_none(env, "SLURM_JOB_UID"), gid=_int_or_none(env, "SLURM_JOB_GID"),
+                   user=env.get("SLURM_JOB_USER") or env.get("USER") or None,
+                   node=node_name(env),
+                   scratch=env.get(layout.ENV_SCRATCH_DIR) or None)
+
+    @property
+    def alias(self) -> Optional[str]:
+        """``<array job>_<task>`` for an array task, else None."""
+        return "%s_%s" % (self.array_job, self.array_task) if self.array_job else None
+
+
+def node_name(env: Mapping[str, str]) -> str:
+    """This node's short name: ``SLURMD_NODENAME`` of ``env`` (slurmd's), else the host name."""
+    return env.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+
+
+def _int_or_none(env: Mapping[str, str], key: str) -> Optional[int]:
+    v = env.get(key)
+    if v is None or v == "":
+        return None
+    try:
+        return int(v)
+    except ValueError:
+        raise ValueError("%s=%r is not a number" % (key, v)) from None
 
 
 def _run(argv: Sequence[str], timeout: float = DEFAULT_TIMEOUT_S, check: bool = True,
