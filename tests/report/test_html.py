@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+from html.parser import HTMLParser
 
 import pytest
 
@@ -174,3 +175,51 @@ def test_collector_stores_report_html_next_to_report_txt(tmp_path):
             assert os.path.isfile(os.path.join(stored, href)), href
     finally:
         area.cleanup()
+
+
+class _Outline(HTMLParser):
+    """Headings in order, tables (with their captions/labels/header cells), labelled inputs."""
+
+    def __init__(self):
+        super().__init__()
+        self.headings, self.tables, self.ths, self.labels, self.inputs, self.summaries = [], [], [], set(), [], 0
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if re.fullmatch(r"h[1-6]", tag):
+            self.headings.append(int(tag[1]))
+        elif tag == "table":
+            self.tables.append({"label": bool(a.get("aria-label")), "caption": False, "thead": False})
+        elif tag == "caption" and self.tables:
+            self.tables[-1]["caption"] = True
+        elif tag == "thead" and self.tables:
+            self.tables[-1]["thead"] = True
+        elif tag == "th":
+            self.ths.append(a.get("scope"))
+        elif tag == "label":
+            self.labels.add(a.get("for"))
+        elif tag == "input":
+            self.inputs.append(a.get("id"))
+        elif tag == "summary":
+            self.summaries += 1
+
+
+@pytest.mark.parametrize("verdict", sorted(html_cases.CASES))
+def test_page_structure_is_semantic(tmp_path, verdict):
+    """One h1, headings that never skip a level, every header cell scoped, every data
+    table headed (thead) or named (caption / aria-label), every input labelled, the tree
+    made of native disclosure elements (keyboard-operable without script)."""
+    path, rep = html_cases.golden_page(verdict, str(tmp_path))
+    with open(path) as fh:
+        page = fh.read()
+    o = _Outline()
+    o.feed(page)
+    assert o.headings[0] == 1 and o.headings.count(1) == 1, o.headings
+    assert all(b - a <= 1 for a, b in zip(o.headings, o.headings[1:])), o.headings
+    assert o.ths and all(s in ("col", "row") for s in o.ths), o.ths
+    assert o.tables and all(t["thead"] or t["caption"] or t["label"] for t in o.tables), o.tables
+    assert o.inputs and all(i in o.labels for i in o.inputs), (o.inputs, o.labels)
+    assert o.summaries > 0
+    for sec in ("summary", "groups", "tree", "timeline", "nvidia-smi", "evidence", "spread", "warnings",
+                "text-report"):
+        assert '<section id="%s" aria-labelledby="h-' % sec in page, sec

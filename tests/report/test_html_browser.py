@@ -119,6 +119,8 @@ def test_golden_page_in_chromium(browser, artifacts, tmp_path, verdict, record_p
         closed = page.locator(".tree details").nth(index)
         child = closed.locator(":scope > details > summary, :scope > .leaf").first
         expect(child).to_be_hidden()
+        # in the Tab order (a native disclosure), not only focusable by script
+        assert closed.locator(":scope > summary").evaluate("s => s.tabIndex") == 0
         closed.locator(":scope > summary").focus()
         expect(closed.locator(":scope > summary")).to_be_focused()
         page.keyboard.press("Enter")
@@ -161,6 +163,7 @@ def test_golden_page_in_chromium(browser, artifacts, tmp_path, verdict, record_p
         record_property("screenshot", shot)
         assert os.path.getsize(shot) > 10000
         if verdict == "SPLIT" and os.environ.get("HK_REGENERATE_SCREENSHOT") == "1":
+            page.locator("#rank-filter").blur()
             page.set_viewport_size({"width": 1100, "height": 900})
             os.makedirs(os.path.dirname(html_cases.README_PICTURE), exist_ok=True)
             page.screenshot(path=html_cases.README_PICTURE, full_page=False)
@@ -206,6 +209,62 @@ def test_4096_rank_page_filters_to_one_rank(browser, tmp_path):
         expect(rows.first.locator("td").first).to_have_text(str(suspects[0]))
         page.locator("#rank-filter").fill("100-399")
         expect(page.locator("#rank-rows tr")).to_have_count(200)     # the table's cap
+        assert w.errors == [], w.errors
+    finally:
+        w.close()
+
+
+_TEXT_COLOURS_JS = r"""() => {
+  const out = new Map();
+  const w = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let n = w.nextNode(); n; n = w.nextNode()) {
+    const el = n.parentElement;
+    if (!n.textContent.trim() || !el.checkVisibility()) continue;
+    const fg = getComputedStyle(el).color;
+    let bg = "rgb(255, 255, 255)";    // the canvas (color-scheme: light)
+    for (let a = el; a; a = a.parentElement) {
+      const b = getComputedStyle(a).backgroundColor;
+      if (b !== "rgba(0, 0, 0, 0)" && b !== "transparent") { bg = b; break; }
+    }
+    const key = fg + "|" + bg;
+    if (!out.has(key)) out.set(key, [fg, bg, n.textContent.trim().slice(0, 40)]);
+  }
+  return [...out.values()];
+}"""
+
+
+def _hex(css):
+    import re
+
+    m = re.fullmatch(r"rgba?\((\d+), (\d+), (\d+)(?:, ([\d.]+))?\)", css)
+    assert m and (m.group(4) is None or float(m.group(4)) == 1.0), "not an opaque colour: %s" % css
+    return "#%02x%02x%02x" % tuple(int(m.group(i)) for i in (1, 2, 3))
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("verdict", sorted(html_cases.CASES))
+def test_rendered_text_contrast_passes_wcag_aa(browser, tmp_path, verdict):
+    """Every visible text run, with the whole tree and every disclosure open and a rank
+    filtered (the per-rank table shown): its computed colour against the first opaque
+    background behind it has a WCAG 2 contrast ratio of at least 4.5:1 (AA, normal text),
+    by hpc_hangkit.report.html.contrast_ratio."""
+    from hpc_hangkit.report.html import contrast_ratio
+
+    path, rep = html_cases.golden_page(verdict, str(tmp_path))
+    w = Watched(browser, "file://" + path)
+    try:
+        page = w.page
+        page.locator("#tree-open").click()
+        expect(page.locator(".tree details:not([open])")).to_have_count(0)
+        page.locator("details:not([open]) > summary").evaluate_all("ss => ss.forEach(s => s.click())")
+        expect(page.locator("details:not([open])")).to_have_count(0)
+        page.locator("#rank-filter").fill(str(rep.groups[0].ranks[0]))
+        expect(page.locator("#rank-table")).to_be_visible()
+        pairs = page.evaluate(_TEXT_COLOURS_JS)
+        assert len(pairs) >= 5, pairs
+        low = [(fg, bg, text, round(contrast_ratio(_hex(fg), _hex(bg)), 2)) for fg, bg, text in pairs
+               if contrast_ratio(_hex(fg), _hex(bg)) < 4.5]
+        assert low == [], low
         assert w.errors == [], w.errors
     finally:
         w.close()
