@@ -31,8 +31,8 @@ from typing import Dict, List, Optional, Tuple
 from hpc_hangkit import fsio, layout
 from hpc_hangkit.capture.ranks import pid_alive
 from hpc_hangkit.evidence.source import Source
-from hpc_hangkit.parse.flightrec import (MAX_DUMP_BYTES, MAX_EXPANSION, FRDump, FREntry, FRParseError, dump_from_summary,
-                                         parse_flightrec, rank_from_name, summarize_unscanned)
+from hpc_hangkit.parse.flightrec import (MAX_DUMP_BYTES, MAX_EXPANSION, FRDump, FREntry, FRParseError,
+                                         dump_from_summary, parse_flightrec, rank_from_name, summarize_unscanned)
 from hpc_hangkit.ranges import format_ranks, ranks_label
 
 log = logging.getLogger("hpc_hangkit.evidence.flightrec")

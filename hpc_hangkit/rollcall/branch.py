@@ -183,7 +183,7 @@ def _separating(mod, taint, fn, line_a, line_b):
     # a loop that holds the majority's line (line_b) while the minority stands after it: the
     # minority's trip count there was shorter (the stacks show it), whatever taint knows of it
     trip = [n for n, f, _d in reversed(cands) if isinstance(n, _LOOPS) and f == "body"
-            and n.lineno <= line_b <= getattr(n, "end_lineno", n.lineno) and line_a > getattr(n, "end_lineno", n.lineno)]
+            and n.lineno <= line_b <= getattr(n, "end_lineno", n.lineno) < line_a]
     if trip and (lv == 0 or node is trip[0]):
         return _describe(mod, trip[0], "loop", _level(taint, trip[0], "body"), "loop_trip_count")
     if lv == 0:
