@@ -88,9 +88,9 @@ class Project:
         self._aliases = {}
         self._cache = {}
         self._canon = {}
-        #: (module key, attribute name) -> rank level of ``param.attr = ...`` assignments in that
-        #: module (another object's flag: ``trainer.should_stop = True``); read as ``self.attr`` in
-        #: the same module
+        #: (module key, attribute, receiver name lower-cased without ``_``) -> rank level of
+        #: ``param.attr = ...`` in that module (another object's flag: ``trainer.should_stop =
+        #: True``); read as ``self.attr`` in a class of the same module named like the receiver
         self.foreign = {}
 
     # ------------------------------------------------------------ building
@@ -199,8 +199,10 @@ class Project:
                 # `trainer.should_stop = True` under a rank-local test: the flag is another object's
                 lv = max(taint.level(n.value), taint.guard_level(n))
                 for t in n.targets:
-                    if isinstance(t, ast.Attribute) and lv > self.foreign.get((mod.key, t.attr), 0):
-                        self.foreign[(mod.key, t.attr)] = lv
+                    if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and lv:
+                        k = (mod.key, t.attr, t.value.id.replace("_", "").lower())
+                        if lv > self.foreign.get(k, 0):
+                            self.foreign[k] = lv
             elif isinstance(n, ast.Assign) and ff.cls:
                 for t in n.targets:
                     key = _self_attr(t)
@@ -220,6 +222,10 @@ class Project:
                                 used.add(ref)
                     if used:
                         ff.attr_params.setdefault((ff.cls, key), set()).update(used)
+        if rets and all(isinstance(r, ast.Tuple) and len(r.elts) == len(rets[0].elts) for r in rets) and \
+                not any(isinstance(x, ast.Starred) for r in rets for x in r.elts):
+            ff.ret_elems = [max(taint.level(r.elts[i]) for r in rets) if taint is not None else 0
+                            for i in range(len(rets[0].elts))]
         for r in rets:
             if taint is not None:
                 ff.ret_level = max(ff.ret_level, taint.level(r))
@@ -545,7 +551,14 @@ class Project:
         of ``mod`` (assignments in its methods, and its bases' in the same module)."""
         if not cls:
             return 0
-        lv = mod.attr_levels.get((cls, attr), self.foreign.get((mod.key, attr), 0) if "." not in attr else 0)
+        lv = mod.attr_levels.get((cls, attr), 0)
+        if "." not in attr and self.foreign:
+            # `trainer.should_stop = True` elsewhere in the module, read as self.should_stop in
+            # class Trainer: the receiver's name says which class it is
+            low = cls.lower()
+            for (key, a, recv), flv in self.foreign.items():
+                if key == mod.key and a == attr and recv and (recv in low or low in recv):
+                    lv = max(lv, flv)
         for base in mod.bases.get(cls, ()):
             if base in mod.bases and base != cls:
                 lv = max(lv, mod.attr_levels.get((base, attr), 0))

@@ -31,7 +31,7 @@ class FuncFacts:
 
     __slots__ = ("module", "path", "qualname", "cls", "line", "calls", "direct", "direct_line", "marked",
                  "ret_level", "ret_calls", "noreturn", "witness", "via", "node", "params", "param_levels",
-                 "arg_calls", "attr_params", "raises", "var_types")
+                 "arg_calls", "attr_params", "raises", "var_types", "ret_elems")
 
     def __init__(self, module, qualname, cls, line, node, path=None):
         self.module = module
@@ -62,6 +62,8 @@ class FuncFacts:
         self.raises = False
         #: local name -> dotted name of the tree class it is built from (``ckpt = Checkpointer(d)``)
         self.var_types = {}
+        #: when every return is a tuple of one length: the rank level of each element, else None
+        self.ret_elems = None
 
 
 def _params(node):

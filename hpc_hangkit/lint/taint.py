@@ -103,7 +103,8 @@ class Taint:
         for _ in range(3):
             changed = False
             for target, value, conds, part in assigns:
-                lv = self.level(value) if part in (None, "element") else self._part_level(value, part)
+                lv = self.level(value) if part in (None, "element") else self._elem_level(value, part) \
+                    if isinstance(part, int) else self._part_level(value, part)
                 for kind, c in conds:
                     if lv == 2:
                         break
@@ -123,6 +124,8 @@ class Taint:
                     lv = max(lv, 1 if kind == "except" else self.test_level(c))
             else:
                 lv = max([self.env.get(n, 0) for n in _names(target)] or [0])
+                if isinstance(part, int):
+                    lv = min(lv, self._elem_level(value, part)) if part is not None else lv
             for name in _names(target):
                 if lv > self.trip_env.get(name, 0):
                     self.trip_env[name] = lv
@@ -179,6 +182,12 @@ class Taint:
         for kind, c in self.guards.get(id(stmt), ()):
             lv = max(lv, 1 if kind == "except" else self.test_level(c))
         return lv
+
+    def _elem_level(self, call, i):
+        callee = self.project.callee(self.mod, self.cls, "<module>", call) if self.project is not None else None
+        if callee is not None and callee.ret_elems is not None and i < len(callee.ret_elems):
+            return callee.ret_elems[i]
+        return self.level(call)
 
     def _part_level(self, call, part):
         """Level of one element of a tuple unpacked from a rank call: ``rank, world =
@@ -443,6 +452,9 @@ def _pairs(target, value, conds):
                                                                   or C.is_rank_call(n))]
                 rank_idx = set(said) if said else {0}
                 return [(t, value, conds, "rank" if i in rank_idx else "other") for i, t in enumerate(target.elts)]
+            # `model, loader = get_problem(rank, ...)`: each name takes its element's level when
+            # the callee is a tree function that returns tuples (else the call's level)
+            return [(t, value, conds, i) for i, t in enumerate(target.elts)]
     return [(target, value, conds, None)]
 
 
