@@ -132,7 +132,6 @@ def bench_projects(cache):
     """Lint each pinned project; print the counts and every finding. Returns ``{key: (code, branch)}``
     with key ``name/relative/path.py:line``."""
     from hpc_hangkit.lint import lint_paths
-    from hpc_hangkit.lint.rules import severity_of
     seen = {}
     tot_lines = tot_find = 0
     sev_tot = {"error": 0, "warning": 0}
@@ -145,10 +144,11 @@ def bench_projects(cache):
         codes = {}
         for f in r.findings:
             codes[f.code] = codes.get(f.code, 0) + 1
-            sev_tot[severity_of(f.code)] += 1
+            sev_tot[f.severity] += 1
             rel = os.path.relpath(f.path, base)
             seen["%s/%s:%d" % (name, rel, f.line)] = (f.code, f.related_line)
-            rows.append("  %s/%s:%d %s branch %d: %s" % (name, rel, f.line, f.code, f.related_line, f.message[:140]))
+            rows.append("  %s/%s:%d %s %s branch %d: %s" % (name, rel, f.line, f.code, f.severity, f.related_line,
+                                                            f.message[:140]))
         tot_lines += r.lines
         tot_find += len(r.findings)
         print("%-22s %6d %8d %9d %10.2f  %s" % ("%s==%s" % (name, version), r.files, r.lines, len(r.findings),

@@ -49,7 +49,8 @@ RULES = {
 
 
 def severity_of(code):
-    """``"error"`` for HK1xx, ``"warning"`` for HK2xx."""
+    """The default level of a code: ``"error"`` for HK1xx, ``"warning"`` for HK2xx (a finding
+    whose rank dependence is only inferred is reported at ``warning``: :attr:`Finding.severity`)."""
     return "error" if code.startswith("HK1") else "warning"
 
 
@@ -69,10 +70,13 @@ class Finding(NamedTuple):
     related_text: str
     function: str
     chain: tuple = ()
+    #: the rank dependence is inferred (through attributes, parameters, merged values), not named
+    #: by the deciding line itself: reported at ``warning`` level whatever the code
+    inferred: bool = False
 
     @property
     def severity(self):
-        return severity_of(self.code)
+        return "warning" if self.inferred else severity_of(self.code)
 
     @property
     def collective(self):
@@ -102,17 +106,18 @@ class Finding(NamedTuple):
 
 
 class _Guard:
-    __slots__ = ("line", "level", "kind", "skip")
+    __slots__ = ("line", "level", "kind", "skip", "direct")
 
-    def __init__(self, line, level, kind, skip=frozenset()):
-        self.line, self.level, self.kind, self.skip = line, level, kind, skip
+    def __init__(self, line, level, kind, skip=frozenset(), direct=True):
+        self.line, self.level, self.kind, self.skip, self.direct = line, level, kind, skip, direct
 
 
 class _Exit:
-    __slots__ = ("line", "level", "kind", "loop", "abort")
+    __slots__ = ("line", "level", "kind", "loop", "abort", "direct")
 
-    def __init__(self, line, level, kind, loop, abort):
+    def __init__(self, line, level, kind, loop, abort, direct=True):
         self.line, self.level, self.kind, self.loop, self.abort = line, level, kind, loop, abort
+        self.direct = direct
 
 
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
@@ -197,7 +202,7 @@ class _Walker:
                         out.append((w, id(n)))
         return out
 
-    def _emit(self, code, node, what, line, detail):
+    def _emit(self, code, node, what, line, detail, direct=True):
         if id(node) in self.seen:
             return
         self.seen.add(id(node))
@@ -207,7 +212,8 @@ class _Walker:
             msg += "; the collective: " + " -> ".join(
                 "%s at %s:%d" % (w, os.path.basename(p), ln) for p, ln, _, w in chain)
         self.out.append(Finding(code, self.mod.path, node.lineno, node.col_offset + 1, msg,
-                                line, self.mod.line_text(line), self.ff.qualname, chain))
+                                line, self.mod.line_text(line), self.ff.qualname, chain,
+                                inferred=code.startswith("HK1") and not direct))
 
     def call(self, call, guards, loops):
         name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", None)
@@ -226,7 +232,7 @@ class _Walker:
             if g.kind == "loop":
                 self._emit("HK105" if dep else "HK205", call, w,
                            g.line, "runs once per iteration of a loop whose trip count is %s"
-                           % ("rank-dependent" if dep else "rank-local"))
+                           % ("rank-dependent" if dep else "rank-local"), g.direct)
             elif g.kind == "except":
                 if name in C.ABORTS:
                     return  # tearing the group down on an error is the cure, not the hang
@@ -234,7 +240,8 @@ class _Walker:
             else:
                 self._emit("HK101" if dep else "HK201", call, w, g.line,
                            "is reached only on ranks where the %s condition is %s"
-                           % ("rank-dependent" if dep else "rank-local", "true" if g.kind == "if" else "false"))
+                           % ("rank-dependent" if dep else "rank-local", "true" if g.kind == "if" else "false"),
+                           g.direct)
             return
         for e in reversed(self.exits):
             if e.loop is not None and e.loop not in loops:
@@ -245,18 +252,18 @@ class _Walker:
                     continue
                 self._emit("HK103" if dep else "HK203", call, w, e.line,
                            "comes after a %s raise with no abort: the ranks that raise leave the others waiting"
-                           % ("rank-dependent" if dep else "rank-local"))
+                           % ("rank-dependent" if dep else "rank-local"), e.direct)
             else:
                 self._emit("HK102" if dep else "HK202", call, w, e.line,
                            "comes after a %s early %s: the ranks that leave never reach it"
-                           % ("rank-dependent" if dep else "rank-local", e.kind))
+                           % ("rank-dependent" if dep else "rank-local", e.kind), e.direct)
             return
         if name in _SIZE_MUST_MATCH and call.args and isinstance(call.args[0], ast.Name):
-            line = self.taint.guarded_by.get(call.args[0].id)
-            if line is not None and call.args[0].id not in self.taint.agreed:
-                self._emit("HK107", call, w, line,
+            test = self.taint.guarded_by.get(call.args[0].id)
+            if test is not None and call.args[0].id not in self.taint.agreed:
+                self._emit("HK107", call, w, test.lineno,
                            "gets `%s`, built under a rank-dependent branch: every rank must hand it a buffer "
-                           "of the same size" % call.args[0].id)
+                           "of the same size" % call.args[0].id, self.taint.direct_level(test) == 2)
 
     def group_create(self, call):
         for k in call.keywords:
@@ -267,7 +274,8 @@ class _Walker:
             name = call.func.attr if isinstance(call.func, ast.Attribute) else call.func.id
             self._emit("HK104", call, name, call.lineno,
                        "gets rank-dependent arguments without use_local_synchronization=True: every rank of "
-                       "the parent group must call it with the same ranks")
+                       "the parent group must call it with the same ranks",
+                       any(self.taint.direct_level(v) == 2 for v in vals))
 
     # ---------------------------------------------------------------- exits
     def exits_of(self, stmts):
@@ -412,8 +420,9 @@ class _Walker:
                     if [w for w, _ in a] == [w for w, _ in cont]:
                         same_exit = True
                         skip_a = frozenset(i for _, i in a)
-                ga = _Guard(st.lineno, lv, "if", skip_a)
-                gb = _Guard(st.lineno, lv, "else", skip_b)
+                direct = lv < 2 or self.taint.direct_level(st.test) == 2
+                ga = _Guard(st.lineno, lv, "if", skip_a, direct)
+                gb = _Guard(st.lineno, lv, "else", skip_b, direct)
             else:
                 ga = gb = None
             members = mentions_membership(st.test)
@@ -433,13 +442,14 @@ class _Walker:
                         if same_exit and kind == "return":
                             continue
                         loop = loops[-1] if kind in ("continue", "break") and loops else None
-                        self.exits.append(_Exit(st.lineno, lv, kind, loop, abort))
+                        self.exits.append(_Exit(st.lineno, lv, kind, loop, abort, ga.direct))
         elif isinstance(st, _LOOPS):
             if isinstance(st, ast.While):
                 lv = self.taint.test_level(st.test)
             else:
                 lv = self.taint.iter_level(st.iter)
-            g = (_Guard(st.lineno, lv, "loop"),) if lv else ()
+            direct = lv < 2 or self.taint.direct_level(st.test if isinstance(st, ast.While) else st.iter) == 2
+            g = (_Guard(st.lineno, lv, "loop", direct=direct),) if lv else ()
             self.block(st.body, guards + g, loops + (st,))
             breaks = [e for e in self.exits if e.loop is st and e.kind == "break"]
             if breaks:
@@ -453,7 +463,7 @@ class _Walker:
                         dep = e.level == 2
                         self._emit("HK102" if dep else "HK202", call, w, e.line,
                                    "runs again in the next iteration on the ranks that do not take the %s break "
-                                   "below it" % ("rank-dependent" if dep else "rank-local"))
+                                   "below it" % ("rank-dependent" if dep else "rank-local"), e.direct)
             self.exits = [e for e in self.exits if e.loop is not st]
             self.block(st.orelse, guards, loops)
         elif isinstance(st, ast.Try) or type(st).__name__ == "TryStar":

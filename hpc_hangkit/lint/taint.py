@@ -56,7 +56,7 @@ class Taint:
         self.single = set()
         #: name -> the ``disable=`` expression of the progress bar assigned to it
         self.bars = {}
-        #: name -> line of the rank-dependent branch it is assigned under (``if rank == 0: n = 4``)
+        #: name -> test of the rank-dependent branch it is assigned under (``if rank == 0: n = 4``)
         self.guarded_by = {}
         #: local name -> level of the trip count of what it holds (a prepared loader: 0 even when
         #: built from the rank)
@@ -64,6 +64,9 @@ class Taint:
         if facts is None and project is not None:
             facts = _facts_of(project, mod, fn)
         self.params = dict(facts.param_levels) if facts is not None else {}
+        self._assigns = []
+        self._direct = False
+        self._direct_env = None
         self._run()
 
     # -------------------------------------------------------------- environment
@@ -95,6 +98,7 @@ class Taint:
                 assigns.append((n.optional_vars, n.context_expr, (), None))
             elif isinstance(n, ast.Call):
                 self._agree_args(n)
+        self._assigns = assigns
         for target, _, _, _ in assigns:
             self.assigned.update(_names(target))
         for name, lv in self.params.items():
@@ -133,7 +137,7 @@ class Taint:
             for kind, c in conds:
                 if kind == "if" and self.test_level(c) == 2:
                     for name in _names(target):
-                        self.guarded_by.setdefault(name, c.lineno)
+                        self.guarded_by.setdefault(name, c)
                     break
 
     def _scan_guards(self, stmts, conds):
@@ -174,6 +178,36 @@ class Taint:
                 stack.extend(getattr(st, f, None) or [])
             for h in getattr(st, "handlers", None) or []:
                 stack.extend(h.body)
+
+    def direct_level(self, e):
+        """The level of condition ``e`` counting only rank sources it names itself, or through a
+        local assigned straight from one (``rank = dist.get_rank()``), or a tree function that
+        returns one; not what reaches it through attributes set elsewhere, parameters handed by
+        callers or merged values. A finding whose rank dependence is only inferred is reported
+        at ``warning`` level (docs/lint.md, "Severity")."""
+        saved = self.env, self.params
+        self._direct = True
+        try:
+            if self._direct_env is None:
+                denv = {}
+                for _ in range(2):
+                    self.env, self.params = dict(denv), {}
+                    for target, value, conds, part in self._assigns:
+                        if part == "rank":
+                            lv = 2
+                        elif part is None:
+                            lv = self.level(value)
+                        else:
+                            continue
+                        if lv == 2:
+                            for n in _names(target):
+                                denv[n] = 2
+                self._direct_env = denv
+            self.env, self.params = self._direct_env, {}
+            return self.test_level(e)
+        finally:
+            self.env, self.params = saved
+            self._direct = False
 
     def guard_level(self, stmt):
         """The highest level of the branch conditions ``stmt`` is under (0 when none); an
@@ -230,6 +264,8 @@ class Taint:
                 return 0
             if e.id in C.RANK_NAMES and e.id not in self.assigned:
                 return 2  # a parameter or global named like the rank; a local takes what it is given
+            if self._direct:
+                return self.env.get(e.id, 0)
             return self.env.get(e.id, 0)
         if isinstance(e, ast.Attribute):
             if e.attr in C.RANK_NAMES or C.RANK_ATTR_RE.match(e.attr):
@@ -240,7 +276,7 @@ class Taint:
                 # a progress bar disabled on some ranks never advances its counter there
                 return self.level(self.bars[e.value.id])
             lv = 0
-            if self.project is not None and self.cls:
+            if self.project is not None and self.cls and not self._direct:
                 d = dotted(e)
                 if d and d[0] == "self" and len(d) <= 4:
                     lv = self.project.attr_level(self.mod, self.cls, ".".join(d[1:]))
