@@ -4,6 +4,8 @@ its deadline leaves ``timeout`` with a reason. The 100k-file case is marked slow
 """
 import json
 import os
+import signal
+import threading
 import time
 
 import pytest
@@ -17,8 +19,8 @@ from collect_helpers import area, as_uid, job_user, local_files  # noqa: F401 (a
 def _collect(area, job_id, budget=20.0, url=None):
     uid, gid, user = job_user()
     return collect_attempt(area.scratch, job_id, 0, url or "file://" + area.storage,
-                                  uid=uid, gid=gid, user=user,
-                                  deadline=time.monotonic() + budget, host="hk1")
+                           uid=uid, gid=gid, user=user,
+                           deadline=time.monotonic() + budget, host="hk1")
 
 
 def _stored(area, job_id):
@@ -146,10 +148,24 @@ def test_deadline_states_are_recorded_with_a_reason(area):
 
 
 @pytest.mark.timeout(180)
+def _children():
+    """Process ids of this process's children (every thread's)."""
+    out = []
+    for t in os.listdir("/proc/self/task"):
+        try:
+            with open("/proc/self/task/%s/children" % t) as f:
+                out += [int(x) for x in f.read().split()]
+        except OSError:
+            pass
+    return out
+
+
 def test_killed_collector_leaves_timeout_with_reason(area):
     """The copy child killed at the budget in the middle of one big file: the manifest
     says ``timeout`` with the reason, the file stays local, and the next run stores it
-    and leaves no temp file of the killed run in storage."""
+    and leaves no temp file of the killed run in storage. The child is stopped (SIGSTOP)
+    as soon as its temporary file is in storage, so it is mid-file at the deadline
+    however fast this machine copies."""
     uid, gid, _ = job_user()
     d = area.make_attempt("730", 0, uid, gid, {"unwatched/a": b"a"})
     big = os.path.join(d, "flight_recorder", "rank_0.json")
@@ -159,7 +175,29 @@ def test_killed_collector_leaves_timeout_with_reason(area):
     for root, dirs, files in os.walk(d):
         for n in dirs + files:
             os.lchown(os.path.join(root, n), uid, gid)
-    res = _collect(area, "730", budget=1.0)
+    stopped = []
+    done = threading.Event()
+    before = set(_children())
+
+    def stop_mid_file():
+        dest = os.path.join(area.storage, "730")
+        while not done.is_set():
+            tmp = [n for _, _, ns in os.walk(dest) for n in ns if n.startswith(".rank_0.json.")]
+            kids = [pid for pid in _children() if pid not in before]
+            if tmp and kids:
+                for pid in kids:
+                    os.kill(pid, signal.SIGSTOP)
+                stopped.extend(kids)
+                return
+            time.sleep(0.001)
+    t = threading.Thread(target=stop_mid_file)
+    t.start()
+    try:
+        res = _collect(area, "730", budget=5.0)
+    finally:
+        done.set()
+        t.join()
+    assert stopped, "the copy finished before its temporary file was seen"
     assert res["status"] == "timeout", res
     man = copy.read_manifest(d)
     assert man["status"] == "timeout" and "did not finish within the budget" in man["reason"]
