@@ -8,8 +8,8 @@ small matmul and ``--allreduces`` all_reduces of 16 floats (the many small colle
 model with many parameter buckets issues); ``--reps`` repetitions of ``--steps`` steps, each
 repetition timed by rank 0 after a barrier (wall and process CPU per step).
 
-- **armed**: the job environment of ``Settings.to_env`` in observe mode with
-  ``auto_checkin = true`` (sitecustomize arms the faulthandler watchdog and the
+- **armed**: the job environment of ``Settings.to_env`` in observe mode with the default
+  settings, so ``auto_checkin`` on (sitecustomize arms the faulthandler watchdog and the
   heartbeat, every torch.distributed collective is wrapped to check in, and the
   Flight Recorder records ``flight_recorder_buffer`` entries);
 - **armed, no Flight Recorder**: the same with ``flight_recorder_buffer = 0`` (what the
@@ -135,8 +135,9 @@ def main(argv=None):
             f.write(textwrap.dedent(LOOP))
         clean = {k: v for k, v in os.environ.items() if not k.startswith("HANGKIT_")}
         clean["PYTHONPATH"] = ROOT
-        sides = {"unarmed": dict(mode="off"), "armed": dict(auto_checkin=True),
-                 "armed-noFR": dict(auto_checkin=True, flight_recorder_buffer=0)}
+        # armed: the defaults (observe, auto check-in on, Flight Recorder on), no override
+        sides = {"unarmed": dict(mode="off"), "armed": dict(),
+                 "armed-noFR": dict(flight_recorder_buffer=0)}
         res = {k: [] for k in sides}
         for rnd in range(a.rounds):
             for side, ov in sides.items():
@@ -164,7 +165,7 @@ def main(argv=None):
         wscript = os.path.join(base, "wrapns.py")
         with open(wscript, "w") as f:
             f.write(textwrap.dedent(WRAP_NS))
-        s = _jobs.settings(auto_checkin=True)
+        s = _jobs.settings()
         env = dict(s.to_env(os.path.join(base, "wrapns"), base_env=clean), RANK="0", WORLD_SIZE="1",
                    MASTER_PORT=str(_jobs.free_port()))
         os.makedirs(os.path.join(base, "wrapns"))
