@@ -23,7 +23,7 @@ def lint_cmd(paths, fmt, select, ignore, exclude, config_path):
     """Find collectives that only some ranks reach, in Python sources (default PATH: .).
 
     \b
-    Rules (docs/lint.md): HK101-HK106 the deciding value is rank-dependent,
+    Rules (docs/lint.md): HK101-HK107 the deciding value is rank-dependent,
     HK201-HK205 it is rank-local. Silence one line with
     `# hangkit: ignore[HK101]` on the collective's or the branch's line.
     Settings: [tool.hpc-hangkit.lint] select/ignore/exclude/collectives/rank_sources in
