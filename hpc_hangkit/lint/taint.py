@@ -65,6 +65,8 @@ class Taint:
             facts = _facts_of(project, mod, fn)
         self.params = dict(facts.param_levels) if facts is not None else {}
         self._assigns = []
+        #: id(condition) -> mentions_membership(condition), asked once per condition
+        self._members = {}
         self._direct = False
         self._direct_env = None
         self._run()
@@ -304,7 +306,10 @@ class Taint:
     def test_level(self, e):
         """Level of a condition: as :meth:`level`, and the truth of per-rank data (``if batch:``,
         ``if not shard:``) is rank-local."""
-        if mentions_membership(e):
+        m = self._members.get(id(e))
+        if m is None:
+            m = self._members[id(e)] = mentions_membership(e)
+        if m:
             return 0
         lv = self.level(e)
         if lv < 2:
