@@ -57,6 +57,10 @@ def hang(spawn, tmp_path, port, script):
         raise AssertionError("hpc-hangkit run did not end in 150 s:\n%s" % err.read_text()[-4000:])
     assert rc == EXIT_HANG, "exit %s, expected a confirmed hang:\n%s" % (rc, err.read_text()[-4000:])
     hd = out / "hang_detector"
+    kinds = [json.loads(ln)["kind"] for ln in (hd / "events.jsonl").read_text().splitlines() if ln.strip()]
+    assert "confirmed" in kinds and "captured" in kinds, kinds
+    # the capture's own I/O (every rank's Flight Recorder dump) is not progress
+    assert "recovered" not in kinds[kinds.index("confirmed"):], kinds
     return json.loads((hd / "report.json").read_text()), (hd / "report.txt").read_text()
 
 
