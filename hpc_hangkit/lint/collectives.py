@@ -86,7 +86,8 @@ RANK_CALLS = {"get_rank", "get_local_rank", "get_node_local_rank", "get_global_r
               "Get_rank", "get_process_index", "get_local_process_index", "get_dist_info"}
 #: a function whose name says it answers with the rank or a rank test (``get_rank_and_world_size``,
 #: ``dist_rank``, ``rank_is_root``, ``is_main_process``, ``is_rank_zero``...)
-RANK_CALL_RE = re.compile(r"^_*(get_\w*rank\w*|\w+_rank|rank|rank_is_\w+|(if_|on_)?main_process|is_(main|master|root_rank|rank_?(0|zero)|"
+RANK_CALL_RE = re.compile(r"^_*(get_\w*rank\w*|\w+_rank|rank|rank_is_\w+|(if_|on_)?main_process|"
+                          r"is_(main|master|root_rank|rank_?(0|zero)|"
                           r"global_zero|local_zero|local_main|leader|chief|first_rank|primary)\w*|"
                           r"(local_|global_)?rank_?(0|zero))$", re.I)
 #: names matching RANK_CALL_RE that are not the process's rank (a matrix's rank, peers, sizes)
