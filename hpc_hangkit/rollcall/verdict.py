@@ -370,12 +370,17 @@ def _inside(chains: Dict[int, tuple]) -> List[Tuple[List[int], Frame, Frame]]:
     the API frame)]``, most ranks first, then lowest rank; ``[]`` when all are at one place."""
     by: Dict[tuple, List[int]] = {}
     where: Dict[tuple, tuple] = {}
+    seen: Dict[int, tuple] = {}  # the ranks of one chain share its tuple: each chain looked at once
     for r in sorted(chains):
-        inner = inside_api(chains[r])
-        k = key_of(inner)
+        c = chains[r]
+        hit = seen.get(id(c))
+        if hit is None:
+            inner = inside_api(c)
+            hit = seen[id(c)] = (inner, key_of(inner), user_api(c) if inner else None)
+        inner, k, api = hit
         by.setdefault(k, []).append(r)
         if inner:
-            where.setdefault(k, (inner[0], user_api(chains[r])))
+            where.setdefault(k, (inner[0], api))
     if len(by) < 2 or len(where) < len(by):
         return []
     return [(rs, where[k][0], where[k][1]) for k, rs in sorted(by.items(), key=lambda kv: (-len(kv[1]), kv[1][0]))]
