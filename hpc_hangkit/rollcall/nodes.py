@@ -1,10 +1,12 @@
 """Node summaries: the compact, mergeable form of a set of ranks' facts (``*.summary.json``).
 
 :func:`summarize_node` (parsed logs -> summary), :func:`merge` (associative and
-commutative), and :func:`summarize_dir` (a directory, parsed on several cores when it is
-large). A report over merged node summaries equals the report over all raw dumps at
-once (tests/rollcall/test_rollcall_merge.py). Shape: docs/report-schema.md.
+commutative, streamed: :class:`StreamMerge`; from files: :mod:`hpc_hangkit.rollcall.stream`),
+and :func:`summarize_dir` (a directory, parsed on several cores when it is large). A
+report over merged node summaries equals the report over all raw dumps at once
+(tests/rollcall/test_rollcall_merge.py, test_stream_merge.py). Shape: docs/report-schema.md.
 """
+import bisect
 import contextlib
 import gc
 import os
@@ -13,13 +15,14 @@ from typing import Dict, Iterable, List, Optional, Tuple
 
 from hpc_hangkit import layout
 from hpc_hangkit.parse.model import ParsedLog, Sample
-from hpc_hangkit.ranges import format_ranks, parse_ranks
+from hpc_hangkit.ranges import MAX_RANKS, format_ranks, parse_ranks
 from hpc_hangkit.rollcall.facts import SUMMARY_VERSION, Checkin, RankFacts, merge_chain, rank_facts, remember
 from hpc_hangkit.rollcall.frames import frames_from_json
 from hpc_hangkit.rollcall.read import DirContents, in_capture_tree, list_files, read_dir
 
-__all__ = ["PARALLEL_MIN_FILES", "summarize_node", "pack", "unpack", "merge", "summarize_dir", "positions",
-           "split_by_rank", "workers_for", "no_cyclic_gc"]
+__all__ = ["PARALLEL_MIN_FILES", "COVER_LIMIT", "summarize_node", "pack", "pack_positions", "unpack", "merge",
+           "StreamMerge", "merge_stream", "parse_runs", "summarize_dir", "positions", "split_by_rank", "workers_for",
+           "no_cyclic_gc"]
 
 #: raw-dump directories with at least this many files are parsed on several cores
 PARALLEL_MIN_FILES = 4096
@@ -170,6 +173,9 @@ def summarize_node(logs: Iterable[ParsedLog] = (), *, tracebacks: Optional[dict]
     return pack(world, samples, chains, facts, dict(unwatched or {}), warns, host)
 
 
+#: ranks below this have a byte in the merge's coverage map (16 MiB at most); others are records
+COVER_LIMIT = MAX_RANKS
+
 #: no job has more ranks: a larger rank or world size in a dump or heartbeat is damage
 #: (a flipped byte) or a forgery, and is ignored with a warning, so that the report's
 #: memory follows the files it reads, never a number written in them
@@ -207,9 +213,19 @@ def _pack_rows(world: Optional[int], k: int, chains: Dict[str, dict], rows: Dict
         groups.setdefault((key, state), []).append(r)
         if extra:
             slim[str(r)] = extra
-    used = {key for key, _ in groups if key is not None}
-    positions = [{"chain": key, "state": state, "ranks": format_ranks(rs)}
-                 for (key, state), rs in sorted(groups.items(), key=lambda kv: (min(kv[1]), str(kv[0])))]
+    positions = [(min(rs), key, state, format_ranks(rs)) for (key, state), rs in groups.items()]
+    return pack_positions(world, k, chains, positions, slim, unwatched, warns, host)
+
+
+def pack_positions(world: Optional[int], k: int, chains: Dict[str, dict], positions: List[tuple],
+                   slim: Dict[str, dict], unwatched: Dict[int, str], warns: Iterable[str],
+                   host: Optional[str] = None) -> dict:
+    """The summary dict of ``positions``: ``(first rank, chain id, state, rank set text)``
+    per (chain, state), rank sets disjoint; ``slim``: ``"<rank>"`` -> non-empty facts entry.
+    Positions are written by first rank, and only the chains they use."""
+    used = {key for _, key, _, _ in positions if key is not None}
+    positions = [{"chain": key, "state": state, "ranks": text}
+                 for _, key, state, text in sorted(positions, key=lambda p: (p[0], str((p[1], p[2]))))]
     out = {"hangkit_summary": SUMMARY_VERSION, "k": k, "world": world,
            "chains": {c: {kk: v for kk, v in chains[c].items() if v is not None or kk == "collective"}
                       for c in sorted(used) if c in chains},
@@ -269,49 +285,280 @@ def merge(*summaries: dict) -> dict:
     then more samples, then the canonical JSON) so the result does not depend on
     the order of merging. Chains are content-addressed (same id = same
     position); warnings and unwatched markers are unions; world is the maximum.
+    Facts are written in rank order. Streamed (:class:`StreamMerge`): ranks stay runs
+    per position, a record is made only for a rank that two summaries hold.
+    Raises ``ValueError`` for a negative rank.
     """
-    with no_cyclic_gc():
-        return _merge(summaries)
+    return merge_stream(summaries)
 
 
-def _merge(summaries: Tuple[dict, ...]) -> dict:
-    world = None
-    k = None
-    chains: Dict[str, dict] = {}
-    # rank -> its row as a summary has it, or its RankFacts once two summaries had it: a
-    # rank only one summary has (the usual case) is never made a record
-    facts: Dict[int, object] = {}
-    unw: Dict[int, str] = {}
-    warns: set = set()
-    hosts: set = set()
-    for s in summaries:
-        w, ch, rows, un, wa = _unpack_rows(s)
+def parse_runs(text: str) -> List[Tuple[int, int]]:
+    """A rank set (``"0,2-7"``, see :mod:`hpc_hangkit.ranges`) as sorted, disjoint,
+    non-adjacent runs ``[(first, last), ...]``, without expanding it. Accepts and refuses
+    exactly what :func:`hpc_hangkit.ranges.parse_ranks` does (``ValueError``)."""
+    text = text.strip()
+    if not text:
+        return []
+    runs = []
+    total = 0
+    for item in text.split(","):
+        first, sep, last = item.strip().partition("-")
+        first, last = first.strip(), last.strip()
+        if not first.isdigit() or (sep and not last.isdigit()):
+            raise ValueError("bad rank set: item %r is not a rank or a first-last run" % item[:200])
+        lo = int(first)                     # int() refuses what isdigit() takes but is no number
+        hi = int(last) if sep else lo
+        if hi < lo:
+            raise ValueError("bad rank set: run %r goes backwards" % item[:200])
+        total += hi - lo + 1
+        if total > MAX_RANKS:
+            raise ValueError("bad rank set: more than %d ranks (MAX_RANKS)" % MAX_RANKS)
+        runs.append((lo, hi))
+    if len(runs) > 1:
+        runs.sort()
+        out = [runs[0]]
+        for lo, hi in runs[1:]:
+            plo, phi = out[-1]
+            if lo <= phi + 1:
+                if hi > phi:
+                    out[-1] = (plo, hi)
+            else:
+                out.append((lo, hi))
+        runs = out
+    return runs
+
+
+def _better(old, row):
+    """The greater of two rows of one rank (``(chain id, state, entry)`` or a record), in
+    :meth:`RankFacts.order_key` order; the old one on a tie (ties write alike)."""
+    if old is None:
+        return row
+    if isinstance(old, tuple):
+        old = RankFacts.from_summary(*old)
+    f = row if isinstance(row, RankFacts) else RankFacts.from_summary(*row)
+    return f if f.order_key() > old.order_key() else old
+
+
+class StreamMerge:
+    """Node summaries folded in one at a time (:meth:`add`); :meth:`result` is their
+    :func:`merge`. Ranks are kept as runs ``[first, last]`` per (chain, state) position; a
+    byte per rank (the coverage map, ranks below :data:`COVER_LIMIT`) tells whether a rank
+    was seen before; a record is made only for a rank that two summaries hold (or that the
+    map cannot hold: negative or huge); facts entries are kept only for ranks that carry one.
+    Not thread-safe; :meth:`result` once.
+    """
+
+    def __init__(self) -> None:
+        self.world: Optional[int] = None
+        self.k: Optional[int] = None
+        self.chains: Dict[str, dict] = {}
+        self.unwatched: Dict[int, str] = {}
+        self.warnings: set = set()
+        self.hosts: set = set()
+        self._runs: Dict[tuple, List[list]] = {}   # (chain id, state) -> [[first, last], ...]
+        self._facts: Dict[int, object] = {}        # rank -> its facts entry (first summary with it)
+        self._cover = bytearray()                  # 1 at each rank seen (ranks < COVER_LIMIT)
+        self._rows: Dict[int, object] = {}         # rank held twice (or not mappable) -> best row
+
+    # --- folding in ------------------------------------------------------------------
+
+    def add(self, summary: dict) -> None:
+        """Fold in one node summary (a dict of the ``*.summary.json`` shape); entries that do
+        not parse are skipped as :func:`~hpc_hangkit.rollcall.nodes.merge` skips them."""
+        s = summary
+        warns = set(s.get("warnings") or ())
+        w = s.get("world")
+        w = credible_world({w: 1}, warns) if isinstance(w, int) else None
         if w is not None:
-            world = w if world is None else max(world, w)
+            self.world = w if self.world is None else max(self.world, w)
         if isinstance(s.get("k"), int):
-            k = s["k"] if k is None else max(k, s["k"])
-        for cid, rec in ch.items():
-            merge_chain(chains, cid, rec)
-        for r, row in rows.items():
-            old = facts.get(r)
-            if old is None:
-                facts[r] = row
+            self.k = s["k"] if self.k is None else max(self.k, s["k"])
+        for cid, rec in dict(s.get("chains") or {}).items():
+            merge_chain(self.chains, cid, rec)
+        unw: Dict[int, str] = {}
+        for rs, why in (s.get("unwatched") or {}).items():
+            try:
+                unw[int(rs)] = str(why)
+            except ValueError:
                 continue
-            if isinstance(old, tuple):
-                old = RankFacts.from_summary(*old)
-            f = RankFacts.from_summary(*row)
-            facts[r] = f if f.order_key() > old.order_key() else old
-        for r, why in un.items():
-            if r not in unw or why > unw[r]:
-                unw[r] = why
-        warns |= wa
-        hosts |= set(s.get("hosts") or ())
-    rows = {r: (v[0], v[1], RankFacts.summary_entry(*v)) if isinstance(v, tuple) else (v.key, v.state, v.to_summary())
-            for r, v in facts.items()}
-    out = _pack_rows(world, k if k is not None else 5, chains, rows, unw, warns)
-    if hosts:
-        out["hosts"] = sorted(hosts)
-    return out
+        for r, why in unw.items():
+            if r not in self.unwatched or why > self.unwatched[r]:
+                self.unwatched[r] = why
+        self.warnings |= warns
+        self.hosts |= set(s.get("hosts") or ())
+        self._add_ranks(s)
+
+    def _add_ranks(self, s: dict) -> None:
+        keys: List[tuple] = []
+        pos: List[tuple] = []                      # (first, last, position index)
+        for p in s.get("positions") or ():
+            try:
+                runs = parse_runs(str(p.get("ranks", "")))
+            except ValueError:
+                continue
+            i = len(keys)
+            keys.append((p.get("chain"), p.get("state") or "unknown"))
+            pos.extend((lo, hi, i) for lo, hi in runs)
+        sf: Dict[int, object] = {}
+        for rs, extra in (s.get("facts") or {}).items():
+            try:
+                sf[int(rs)] = extra
+            except ValueError:
+                continue
+        pos.sort()
+        for a, b in zip(pos, pos[1:]):
+            if b[0] <= a[1]:
+                # a rank at two positions of one summary (the later one holds): rank by rank
+                _, _, rows, _, _ = _unpack_rows(s)
+                for r, row in rows.items():
+                    self._add_rank(r, row)
+                return
+        if sf:
+            # ranks with facts but no position are (no chain, unknown)
+            if pos and all(b[0] == a[1] + 1 for a, b in zip(pos, pos[1:])):
+                lo, hi = pos[0][0], pos[-1][1]
+                alone = [r for r in sf if not lo <= r <= hi] if (min(sf) < lo or max(sf) > hi) else []
+            else:
+                starts = [p[0] for p in pos]
+                alone = []
+                for r in sf:
+                    i = bisect.bisect_right(starts, r) - 1
+                    if i < 0 or pos[i][1] < r:
+                        alone.append(r)
+            if alone:
+                keys.append((None, "unknown"))
+                pos.extend((r, r, len(keys) - 1) for r in alone)
+        held: List[int] = []                       # ranks made rows here: their entries are in them
+        for lo, hi, i in pos:
+            key, state = keys[i]
+            if lo < 0 or hi >= COVER_LIMIT:
+                for r in range(lo, hi + 1):
+                    if 0 <= r < COVER_LIMIT:
+                        self._add_rank(r, (key, state, sf.get(r) or {}))
+                    else:
+                        self._rows[r] = _better(self._rows.get(r), (key, state, sf.get(r) or {}))
+                    held.append(r)
+                continue
+            cover = self._cover
+            if hi >= len(cover):
+                cover.extend(bytes(max(hi + 1 - len(cover), len(cover), 4096)))
+            if cover.find(1, lo, hi + 1) < 0:
+                cover[lo:hi + 1] = b"\x01" * (hi + 1 - lo)
+                self._run(key, state, lo, hi)
+                continue
+            for r in range(lo, hi + 1):            # overlaps a summary before: rank by rank
+                if cover[r]:
+                    self._rows[r] = _better(self._rows.get(r), (key, state, sf.get(r) or {}))
+                    held.append(r)
+                else:
+                    cover[r] = 1
+                    self._run(key, state, r, r)
+        if held:
+            for r in held:
+                sf.pop(r, None)
+        self._facts.update(sf)
+
+    def _run(self, key, state, lo: int, hi: int) -> None:
+        runs = self._runs.get((key, state))
+        if runs is None:
+            self._runs[(key, state)] = [[lo, hi]]
+        elif runs[-1][1] + 1 == lo:
+            runs[-1][1] = hi                       # summaries in rank order: one run grows
+        else:
+            runs.append([lo, hi])
+
+    def _add_rank(self, r: int, row: tuple) -> None:
+        """One rank's row (``(chain id, state, entry)``), rank in the coverage map."""
+        cover = self._cover
+        if r >= len(cover):
+            cover.extend(bytes(max(r + 1 - len(cover), len(cover), 4096)))
+        if cover[r]:
+            self._rows[r] = _better(self._rows.get(r), row)
+            return
+        cover[r] = 1
+        self._run(row[0], row[1], r, r)
+        if row[2]:
+            self._facts[r] = row[2]
+
+    # --- the result --------------------------------------------------------------------
+
+    def result(self) -> dict:
+        """The merged summary (the shape of :func:`~hpc_hangkit.rollcall.nodes.merge`; facts
+        in rank order). Raises ``ValueError`` for a negative rank (as ``merge`` does)."""
+        with no_cyclic_gc():
+            return self._result()
+
+    def _result(self) -> dict:
+        held = sorted(self._rows)
+        groups: Dict[tuple, List[tuple]] = {}
+        facts = self._facts
+        for ks, runs in self._runs.items():
+            kept = groups.setdefault(ks, [])
+            for lo, hi in runs:
+                i = bisect.bisect_left(held, lo)
+                j = bisect.bisect_right(held, hi)
+                if i == j:
+                    kept.append((lo, hi))
+                    continue
+                cur = lo
+                for r in held[i:j]:                # the first summary's row of a rank held twice
+                    self._rows[r] = _better(self._rows[r], (ks[0], ks[1], facts.pop(r, None) or {}))
+                    if r > cur:
+                        kept.append((cur, r - 1))
+                    cur = r + 1
+                if cur <= hi:
+                    kept.append((cur, hi))
+        self._runs = {}
+        for r in held:
+            v = self._rows[r]
+            if isinstance(v, tuple):
+                groups.setdefault((v[0], v[1]), []).append((r, r))
+                facts[r] = v[2]
+            else:
+                groups.setdefault((v.key, v.state), []).append((r, r))
+                facts[r] = v.to_summary()
+        self._rows = {}
+        positions = []
+        for (key, state), runs in groups.items():
+            if not runs:
+                continue
+            runs.sort()
+            if runs[0][0] < 0:
+                raise ValueError("rank must be >= 0, got %d" % runs[0][0])
+            items = []
+            plo, phi = runs[0]
+            for lo, hi in runs[1:]:
+                if lo == phi + 1:
+                    phi = hi
+                    continue
+                items.append(str(plo) if plo == phi else "%d-%d" % (plo, phi))
+                plo, phi = lo, hi
+            items.append(str(plo) if plo == phi else "%d-%d" % (plo, phi))
+            positions.append((runs[0][0], key, state, ",".join(items)))
+        slim: Dict[str, dict] = {}
+        entry = RankFacts.summary_entry
+        for r in sorted(facts):
+            e = facts.pop(r)
+            if e:
+                e = entry(None, "unknown", e)      # the entry does not depend on the position
+                if e:
+                    slim[str(r)] = e
+        self._facts = {}
+        out = pack_positions(self.world, self.k if self.k is not None else 5, self.chains, positions, slim,
+                             self.unwatched, self.warnings)
+        if self.hosts:
+            out["hosts"] = sorted(self.hosts)
+        return out
+
+
+def merge_stream(summaries: Iterable[dict]) -> dict:
+    """:func:`merge` of ``summaries``, an iterable consumed one summary at a time (a
+    generator that reads them from files keeps one in memory)."""
+    m = StreamMerge()
+    with no_cyclic_gc():
+        for s in summaries:
+            m.add(s)
+    return m.result()
 
 
 def positions(logs: Iterable[ParsedLog], samples: int = 5) -> Dict[int, Tuple[RankFacts, Optional[tuple]]]:
