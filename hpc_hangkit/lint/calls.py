@@ -226,6 +226,8 @@ class Project:
                 not any(isinstance(x, ast.Starred) for r in rets for x in r.elts):
             ff.ret_elems = [max(taint.level(r.elts[i]) for r in rets) if taint is not None else 0
                             for i in range(len(rets[0].elts))]
+        if rets and params:
+            ff.ret_params = _flows_from(rets, local if local is not None else walk_local(node), params)
         for r in rets:
             if taint is not None:
                 ff.ret_level = max(ff.ret_level, taint.level(r))
@@ -546,6 +548,26 @@ class Project:
         ff = self.resolve(call_ref(mod, cls, "<module>", call))
         return ff.ret_level if ff is not None else 0
 
+    def returning_args(self, mod, cls, call):
+        """For a call of a tree function: the argument nodes whose parameters its return values
+        are computed from (``dist_init(rank, ...)`` returning constants: none). None when the
+        call does not resolve to a tree function."""
+        ref = call_ref(mod, cls, "<module>", call)
+        ff = self.resolve(ref)
+        if ff is None:
+            return None
+        bound = 1 if ff.cls and ff.params and ff.params[0] in ("self", "cls") and ref[0] != "cls" else 0
+        out = []
+        for i, a in enumerate(call.args):
+            if isinstance(a, ast.Starred):
+                out.append(a.value)
+            elif i + bound < len(ff.params) and ff.params[i + bound] in ff.ret_params:
+                out.append(a)
+        for k in call.keywords:
+            if k.arg is None or k.arg in ff.ret_params:
+                out.append(k.value)
+        return out
+
     def attr_level(self, mod, cls, attr):
         """Rank level of ``self.attr`` (``attr`` may be dotted: ``state.best``) in class ``cls``
         of ``mod`` (assignments in its methods, and its bases' in the same module)."""
@@ -584,6 +606,33 @@ def _self_attr(t):
     if parts and parts[0] == "self" and 2 <= len(parts) <= 4:
         return ".".join(parts[1:])
     return None
+
+
+def _flows_from(rets, nodes, params):
+    """The parameters (names in ``params``) that the return expressions ``rets`` are computed
+    from, through assignments to locals (flow-insensitive)."""
+    deps = {}
+    for n in nodes:
+        if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and getattr(n, "value", None) is not None:
+            used = {x.id for x in ast.walk(n.value) if isinstance(x, ast.Name)}
+            for t in (n.targets if isinstance(n, ast.Assign) else [n.target]):
+                for x in ast.walk(t):
+                    if isinstance(x, ast.Name):
+                        deps.setdefault(x.id, set()).update(used)
+        elif isinstance(n, (ast.For, ast.AsyncFor, ast.comprehension)):
+            used = {x.id for x in ast.walk(n.iter) if isinstance(x, ast.Name)}
+            for x in ast.walk(n.target):
+                if isinstance(x, ast.Name):
+                    deps.setdefault(x.id, set()).update(used)
+    seen = set()
+    todo = [x.id for r in rets for x in ast.walk(r) if isinstance(x, ast.Name)]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        todo.extend(deps.get(name, ()))
+    return frozenset(seen & set(params))
 
 
 def _raises(body):

@@ -31,7 +31,7 @@ class FuncFacts:
 
     __slots__ = ("module", "path", "qualname", "cls", "line", "calls", "direct", "direct_line", "marked",
                  "ret_level", "ret_calls", "noreturn", "witness", "via", "node", "params", "param_levels",
-                 "arg_calls", "attr_params", "raises", "var_types", "ret_elems")
+                 "arg_calls", "attr_params", "raises", "var_types", "ret_elems", "ret_params")
 
     def __init__(self, module, qualname, cls, line, node, path=None):
         self.module = module
@@ -64,6 +64,8 @@ class FuncFacts:
         self.var_types = {}
         #: when every return is a tuple of one length: the rank level of each element, else None
         self.ret_elems = None
+        #: parameter names the return values are computed from (directly or through locals)
+        self.ret_params = frozenset()
 
 
 def _params(node):

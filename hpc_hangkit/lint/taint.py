@@ -361,10 +361,17 @@ class Taint:
         if name in C.LOCAL_DATA_CALLS or (isinstance(f, ast.Attribute) and name in C.LOCAL_DATA_METHODS):
             return max(1, self._args_level(call))
         lv = 0
+        through = None
         if self.project is not None:
             lv = self.project.return_level(self.mod, self.cls, call)
+            through = self.project.returning_args(self.mod, self.cls, call)
         if lv == 2:
             return 2
+        if through is not None:
+            # a tree function: only the arguments its return value is computed from count
+            for a in through:
+                lv = max(lv, self.level(a))
+            return lv
         if isinstance(f, ast.Attribute):
             lv = max(lv, self.level(f.value))
         return max(lv, self._args_level(call))

@@ -6,6 +6,16 @@ import pytest
 from test_lint_rules import expect, lint_tree, silent
 
 FLAGGED = {
+    "a_tree_function_whose_answer_is_computed_from_the_rank": ("HK105", """
+import torch.distributed as dist
+
+def my_part(items, i, n):
+    return items[i::n]
+
+def run(items, t):
+    for x in my_part(items, dist.get_rank(), dist.get_world_size()):  # BRANCH
+        dist.all_reduce(t)  # HERE
+"""),
     "tqdm_counter_of_a_bar_disabled_on_some_ranks": ("HK101", """
 from tqdm import tqdm
 import torch.distributed as dist
@@ -87,6 +97,20 @@ class Trainer:
 }
 
 SILENT = {
+    "a_tree_function_given_the_rank_that_answers_without_it": """
+import torch.distributed as dist
+
+def init(rank, world):
+    if world > 8:
+        return False
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    return True
+
+def main(rank, world, t):
+    if not init(rank, world):
+        return
+    dist.all_reduce(t)
+""",
     "display_keywords_do_not_carry_the_rank": """
 from tqdm import tqdm
 import torch.distributed as dist
