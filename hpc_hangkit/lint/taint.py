@@ -74,6 +74,7 @@ class Taint:
     # -------------------------------------------------------------- environment
     def _run(self):
         assigns = []
+        comps = []
         local = self.mod.local.get(id(self.fn))
         body = getattr(self.fn, "body", None)
         if isinstance(body, list):
@@ -92,14 +93,20 @@ class Taint:
             elif isinstance(n, (ast.AugAssign, ast.AnnAssign)) and n.value is not None:
                 if id(n) not in self.single:
                     assigns.append((n.target, n.value, self.guards.get(id(n), ()), None))
-            elif isinstance(n, (ast.For, ast.AsyncFor, ast.comprehension)):
+            elif isinstance(n, (ast.For, ast.AsyncFor)):
                 assigns.append((n.target, n.iter, (), "element"))
+            elif isinstance(n, ast.comprehension):
+                comps.append((n.target, n.iter, (), "element"))
             elif isinstance(n, ast.NamedExpr):
                 assigns.append((n.target, n.value, (), None))
             elif isinstance(n, ast.withitem) and n.optional_vars is not None:
                 assigns.append((n.optional_vars, n.context_expr, (), None))
             elif isinstance(n, ast.Call):
                 self._agree_args(n)
+        # a comprehension's variable lives in the comprehension: it does not change a local of
+        # the same name (`i` of `for i in range(n)` and of `[r for i in ranks]`)
+        outer = {name for target, _, _, _ in assigns for name in _names(target)}
+        assigns.extend(c for c in comps if not (set(_names(c[0])) & outer))
         self._assigns = assigns
         for target, _, _, _ in assigns:
             self.assigned.update(_names(target))

@@ -97,6 +97,15 @@ class Trainer:
 }
 
 SILENT = {
+    "a_comprehension_variable_does_not_change_the_local_of_that_name": """
+import torch.distributed as dist
+
+def restore(groups, t):
+    for i in range(len(groups)):
+        ranks = [dist.get_rank() + i for i in range(2)]
+        if groups[i].is_moe:
+            dist.all_reduce(t)
+""",
     "a_tree_function_given_the_rank_that_answers_without_it": """
 import torch.distributed as dist
 
