@@ -102,7 +102,7 @@ import torch.distributed as dist
 
 def restore(groups, t):
     for i in range(len(groups)):
-        ranks = [dist.get_rank() + i for i in range(2)]
+        mine = [i for i in range(dist.get_rank())]
         if groups[i].is_moe:
             dist.all_reduce(t)
 """,
