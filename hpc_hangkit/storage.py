@@ -5,6 +5,7 @@ Layout (names from :mod:`hpc_hangkit.layout`)::
     <storage_url>/                      ``{user}`` in it is the job's user name
         <job_id>/attempt_<n>/hang_detector/...   one attempt's files (the collector)
         <job_id>/hangkit_requeue.json   hpc-hangkit's own count of hang requeues
+                                        (:mod:`hpc_hangkit.slurm.requeue`; a per-job record)
         <A>_<T>.jobid                   an array task's unique SLURM_JOB_ID (one line)
 
 Everything here runs as the job's user (the batch-step monitor, the epilog's
@@ -13,13 +14,12 @@ function says otherwise.
 """
 import errno
 import hashlib
-import json
 import logging
 import os
 import re
 import socket
 import stat
-from typing import List, Mapping, Optional
+from typing import List, Optional
 
 from hpc_hangkit import fsio, layout
 from hpc_hangkit.slurmjob import JobEnv
@@ -188,68 +188,36 @@ def record_array_alias(storage_url: Optional[str], job: JobEnv) -> Optional[str]
     return job.alias
 
 
-# --------------------------------------------------------------------------- requeue state
-
-#: a larger requeue state is not ours (it holds one entry per hang of the job)
-_MAX_STATE_BYTES = 1 << 20
+# --------------------------------------------------------------------------- per-job records
 
 
-def state_url(settings, job_id, env: Mapping[str, str]) -> str:
-    """Where the hang-requeue count lives: ``<storage_url>/<job_id>/hangkit_requeue.json``
-    (``{user}``: SLURM_JOB_USER or USER of ``env``), or
-    ``~/.hpc-hangkit/jobs/<job_id>/hangkit_requeue.json`` (HOME of ``env``) when
-    ``settings.storage_url`` is unset. Raises ValueError for an unusable ``{user}``."""
-    base = getattr(settings, "storage_url", None)
-    if base:
-        base = expand_storage_url(base, env.get("SLURM_JOB_USER") or env.get("USER"))
-        return "%s/%s/%s" % (base, job_id, layout.REQUEUE_STATE_FILE)
-    home = env.get("HOME") or os.path.expanduser("~")
-    return "file://%s/%s" % (layout.user_job_dir(home, job_id), layout.REQUEUE_STATE_FILE)
+def read_job_record(url: str, limit: int) -> bytes:
+    """The bytes of a record kept per job (``<storage>/<job_id>/<name>``; the requeue state)
+    at ``url``, at most ``limit + 1`` (a caller tells "too large" by the extra byte). On
+    ``file://`` it is read like the collector reads storage (:class:`LocalStore`: a symlink,
+    another user's file or a job directory that is not the user's own is refused). Raises
+    FileNotFoundError when there is none, OSError/:class:`StoreRefused` (or the backend's
+    error) otherwise."""
+    local = _local_record(url, 1)
+    if local is not None:
+        store, name = local
+        try:
+            store.prepare()
+            with store.open_read(name) as f:
+                return f.read(limit + 1)
+        finally:
+            store.close()
+    fs, path = fs_and_root(url)
+    with fs.open(path, "rb") as f:
+        return f.read(limit + 1)
 
 
-def load_state(url: str) -> dict:
-    """The requeue state at ``url`` (:func:`state_url`; ``{"hang_requeues": int >= 0,
-    "hangs": [...]}``); ``{}`` if there is none. On ``file://`` it is read like the
-    collector reads storage (:class:`LocalStore`: a symlink, another user's file or a job
-    directory that is not the user's own is not read). Anything unreadable, corrupt or
-    refused is logged and treated as empty: the save that follows a decision then either
-    writes a fresh state or fails, and a failed save never requeues (slurm/batch)."""
-    try:
-        local = _local_record(url, 1)
-        if local is not None:
-            store, name = local
-            try:
-                store.prepare()
-                with store.open_read(name) as f:
-                    data = f.read(_MAX_STATE_BYTES + 1)
-            finally:
-                store.close()
-        else:
-            fs, path = fs_and_root(url)
-            with fs.open(path, "rb") as f:
-                data = f.read(_MAX_STATE_BYTES + 1)
-        if len(data) > _MAX_STATE_BYTES:
-            raise ValueError("larger than %d bytes" % _MAX_STATE_BYTES)
-        state = json.loads(data.decode("utf-8"))
-        count = state.get("hang_requeues", 0) if isinstance(state, dict) else None
-        if not (isinstance(count, int) and count >= 0
-                and isinstance(state.get("hangs", []), list)):
-            raise ValueError("not a requeue state (hang_requeues %r)" % (count,))
-        return state
-    except FileNotFoundError:
-        return {}
-    except (ValueError, OSError) as e:
-        log.warning("cannot read the requeue state %s (%s); starting from zero", url, e)
-        return {}
-
-
-def save_state(url: str, state: dict) -> None:
-    """Write the requeue state ``state`` (JSON) to ``url`` (:func:`state_url`). On
-    ``file://`` through :class:`LocalStore` (the ``<job_id>`` directory must be the
-    user's own or is created 0700; the file is replaced by rename, a planted symlink is
-    never followed): raises StoreRefused for a job path that is not the user's. Raises
-    OSError (or the backend's error) if storage refuses."""
-    data = json.dumps(state, indent=1, sort_keys=True).encode("utf-8")
+def write_job_record(url: str, data: bytes) -> None:
+    """Replace the per-job record at ``url`` by ``data``. On ``file://`` through
+    :class:`LocalStore` (the ``<job_id>`` directory must be the user's own or is created
+    0700; the file is replaced by rename, a planted symlink is never followed): raises
+    StoreRefused for a job path that is not the user's. Raises OSError (or the backend's
+    error) if storage refuses."""
     local = _local_record(url, 1)
     if local is not None:
         _put_local(local, data, replace=True)

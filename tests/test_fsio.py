@@ -111,7 +111,7 @@ def _gather_restore(tmp_path):
 
 
 def _view_heartbeat(tmp_path):
-    from hpc_hangkit.slurm.batch import View
+    from hpc_hangkit.slurm.probe import View
     view = View(str(tmp_path / "view"))
     name = layout.heartbeat_name(0, 4242)
     out = os.path.join(view.path, layout.HEARTBEAT_DIR, name)

@@ -197,10 +197,10 @@ def inprocess_probe(remote):
     the scratch ``remote`` (standing for another node) instead of through ``srun``."""
     import io
 
-    from hpc_hangkit.slurm import batch
+    from hpc_hangkit.slurm import probe as slurm_probe
 
     def probe(nodes):
         buf = io.StringIO()
-        batch.probe_main(remote, out=buf)
-        return batch.probe_files(buf.getvalue())
+        slurm_probe.probe_main(remote, out=buf)
+        return slurm_probe.probe_files(buf.getvalue())
     return probe

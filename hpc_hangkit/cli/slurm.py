@@ -30,7 +30,7 @@ def slurm_monitor_cmd(step):
 @click.option("--quiet-s", type=float, default=1.0, help="seconds without a check-in that make a rank quiet")
 def slurm_probe_cmd(scratch, sample_signal, quiet_s):
     """Internal (srun --overlap on each node): print this node's rank files (tails) as one JSON line."""
-    from hpc_hangkit.slurm.batch import probe_main
+    from hpc_hangkit.slurm.probe import probe_main
 
     sys.exit(probe_main(scratch, sample_signal=sample_signal, quiet_s=quiet_s))
 

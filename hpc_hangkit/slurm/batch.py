@@ -1,4 +1,6 @@
-"""The Slurm batch-step monitor (``hpc-hangkit slurm-monitor``), and its node-side helpers.
+"""The Slurm batch-step monitor process (``hpc-hangkit slurm-monitor``). Its parts: the node
+side and the view (:mod:`hpc_hangkit.slurm.probe`), the job-wide sources
+(:mod:`hpc_hangkit.slurm.sources`), the requeue policy (:mod:`hpc_hangkit.slurm.requeue`).
 
 Started once per job by the SPANK plugin, in the batch step, as the job's user,
 as a child of the batch script (it gets SIGTERM when the batch script ends, and
@@ -6,14 +8,14 @@ also stops when its parent is gone). It runs the same
 :class:`hpc_hangkit.detect.monitor.Monitor` and :class:`hpc_hangkit.detect.detector.Detector`
 as ``hpc-hangkit run``, with Slurm sources:
 
-- **stacks** (:class:`SlurmStackSource`): the heartbeats and watchdog dumps of
+- **stacks** (:class:`hpc_hangkit.slurm.sources.SlurmStackSource`): the heartbeats and watchdog dumps of
   the ranks. Every poll reads this node's scratch (``$HANGKIT_SCRATCH_DIR``);
   when nothing progressed, it also probes the job's other nodes with one
   ``srun --overlap --jobid J`` step (``hpc-hangkit slurm-probe`` on each node,
   which prints the tails of that node's rank files and whether each heartbeat's process
   lives, for the vanished-pid check) - on suspicion, never on a
   poll where the ranks show progress. The probe runs in its own thread
-  (:class:`BackgroundProbe`): its answer joins the next poll, so a slow ``srun``
+  (:class:`hpc_hangkit.slurm.sources.BackgroundProbe`): its answer joins the next poll, so a slow ``srun``
   delays the local decision by at most one poll interval. Everything is mirrored into one
   private view directory, and :class:`hpc_hangkit.evidence.stacks.StackSource` decides
   (progress anywhere -> not stalled; ranks disagree -> stalled).
@@ -67,502 +69,18 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
-from typing import Dict, List, Mapping, Optional
+from typing import List, Mapping, Optional
 
-from hpc_hangkit import fsio, layout, storage
-from hpc_hangkit.capture.ranks import ALIVE, ENDED, GONE, UNKNOWN, Liveness, node_liveness
-from hpc_hangkit.evidence.stacks import together_after_s
-from hpc_hangkit.gather import read_tail
+from hpc_hangkit import layout, storage
 from hpc_hangkit import slurmjob as slurm
-from hpc_hangkit.wire import decode_files, emit_doc, encode_files, parse_docs
+from hpc_hangkit.evidence.stacks import together_after_s
+from hpc_hangkit.slurm.probe import View
+from hpc_hangkit.slurm.requeue import Decision, Hang, RequeueState, decide, signature, state_url
+from hpc_hangkit.slurm.sources import RasOnRankNode, SlurmStackSource, srun_probe
 
 log = logging.getLogger("hpc_hangkit.slurm.batch")
 
-#: bytes of each watchdog log a probe returns (the newest dumps)
-PROBE_TAIL_BYTES = 64 * 1024
-PROBE_TIMEOUT_S = 60.0
 
-
-# --------------------------------------------------------------------------- node side
-
-def rank_files(scratch: str, since: Optional[Mapping[str, int]] = None,
-               tail: int = PROBE_TAIL_BYTES) -> Dict[str, dict]:
-    """The rank files of one node scratch: ``{"watchdog/<name>": {"size", "offset", "data"}}``
-    and the same for ``heartbeats/``. ``data`` (bytes) is the file from ``offset``:
-    new bytes since ``since[rel]`` (at most ``tail``); heartbeats whole. Files
-    that vanish or are not regular files are skipped."""
-    since = since or {}
-    out = {}
-    for sub in (layout.WATCHDOG_DIR, layout.HEARTBEAT_DIR):
-        try:
-            dfd = os.open(os.path.join(scratch, sub), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-        except OSError:
-            continue
-        try:
-            for name in (rf.name for rf in layout.list_rank_files(dfd)):
-                rel = sub + "/" + name
-                try:
-                    if sub == layout.HEARTBEAT_DIR:
-                        size, data, off = read_tail(dfd, name, 0, 1 << 16)
-                    else:
-                        old = since.get(rel, 0)
-                        try:
-                            if os.stat(name, dir_fd=dfd, follow_symlinks=False).st_size == old:
-                                continue
-                        except OSError:
-                            continue
-                        size, data, off = read_tail(dfd, name, old, tail)
-                except OSError:
-                    continue
-                out[rel] = {"size": size, "offset": off, "data": data}
-        finally:
-            os.close(dfd)
-    return out
-
-
-def heartbeat_liveness(scratch: str, host: Optional[str] = None) -> Dict[str, List[str]]:
-    """``{"heartbeats/<name>": [state, seen]}``: :func:`hpc_hangkit.capture.ranks.node_liveness`
-    of the process of every heartbeat record of this node (``host``, default this host's
-    name) in ``scratch``, for the batch monitor, which cannot read this node's ``/proc``."""
-    from hpc_hangkit.parse.heartbeat import read_heartbeats
-
-    short = (host or socket.gethostname()).split(".")[0]
-    out = {}
-    for hb in read_heartbeats(os.path.join(scratch, layout.HEARTBEAT_DIR)):
-        if (hb.host or "").split(".")[0] != short:
-            continue
-        lv = node_liveness(scratch, int(hb.pid), float(hb.armed_mono_s))
-        out[layout.HEARTBEAT_DIR + "/" + os.path.basename(hb.path)] = [lv.state, lv.seen]
-    return out
-
-
-def sample_quiet_ranks(scratch: str, sample_signal: str, quiet_s: float, wait_s: float = 1.0,
-                       host: Optional[str] = None) -> Dict[int, str]:
-    """Ask this node's armed ranks that have not checked in for ``quiet_s`` seconds for an
-    on-demand watchdog dump (``sample_signal``, :func:`hpc_hangkit.arm.watchdog.request_dumps`),
-    waiting up to ``wait_s`` s for them: what the batch monitor's own node does at every poll, so
-    a remote node's ranks are sampled at the poll rate, not only every watchdog period (the
-    roll call's modal position needs several samples at the new place). Returns
-    ``{pid: outcome}``; ``{}`` when no rank is quiet. Raises ValueError for a signal name the
-    watchdog does not accept."""
-    from hpc_hangkit.arm.watchdog import request_dumps
-    from hpc_hangkit.parse.heartbeat import read_heartbeats
-
-    short = (host or socket.gethostname()).split(".")[0]
-    wd = os.path.join(scratch, layout.WATCHDOG_DIR)
-    logs: Dict[int, List[str]] = {}
-    for rf in layout.list_rank_files(wd, ext="log"):
-        logs.setdefault(rf.pid, []).append(os.path.join(wd, rf.name))
-    now = time.time()
-    targets = {int(hb.pid): logs.get(int(hb.pid), [])
-               for hb in read_heartbeats(os.path.join(scratch, layout.HEARTBEAT_DIR))
-               if (hb.host or "").split(".")[0] == short and hb.age_s(now) >= quiet_s}
-    return request_dumps(targets, sample_signal, timeout_s=wait_s) if targets else {}
-
-
-def probe_main(scratch: str, out=None, sample_signal: Optional[str] = None, quiet_s: float = 1.0) -> int:
-    """``hpc-hangkit slurm-probe``: print (framed, :func:`hpc_hangkit.wire.emit_doc`) this node's rank files
-    (tails) and the liveness of its ranks' processes (:func:`heartbeat_liveness`), for the
-    batch-step monitor. With ``sample_signal``, first a fresh dump of every rank quiet for
-    ``quiet_s`` seconds (:func:`sample_quiet_ranks`), so the answer holds it. Runs inside the
-    job as its user."""
-    out = out or sys.stdout
-    if sample_signal:
-        try:
-            sample_quiet_ranks(scratch, sample_signal, quiet_s)
-        except (ValueError, OSError) as e:  # the files are still worth sending
-            sys.stderr.write("hpc-hangkit slurm-probe: no on-demand sample (%s)\n" % e)
-    emit_doc({"host": socket.gethostname(), "files": encode_files(rank_files(scratch)),
-              "liveness": heartbeat_liveness(scratch)}, out)
-    return 0
-
-
-def probe_files(text: str) -> Dict[str, dict]:
-    """The rank files of the framed ``slurm-probe`` answers in ``text`` (srun output), merged:
-    ``{rel: {"size", "offset", "data"}}``; a heartbeat's entry also holds ``liveness``
-    (``[state, seen]``) when its node said it."""
-    files: Dict[str, dict] = {}
-    for d in parse_docs(text):
-        got = decode_files(d.get("files", {}))
-        lv = d.get("liveness")
-        for rel, pair in (lv.items() if isinstance(lv, dict) else ()):
-            if rel in got and isinstance(pair, list) and len(pair) == 2:
-                got[rel]["liveness"] = pair
-        files.update(got)
-    return files
-
-
-# --------------------------------------------------------------------------- the view
-
-class View:
-    """A private directory mirroring every node's rank files (``watchdog/``,
-    ``heartbeats/``), so that one StackSource and one roll call see all ranks.
-
-    Watchdog logs are mirrored by appending the new bytes, so a mirrored log
-    grows exactly as its original (a gap, when more than the probe tail was
-    written between two probes, shows as one torn dump that the parser skips
-    with a warning)."""
-
-    def __init__(self, path: str):
-        self.path = path
-        self.sizes: Dict[str, int] = {}      # rel -> original size mirrored so far
-        #: heartbeat file name -> the liveness of its process, as its node's probe said
-        self.liveness: Dict[str, Liveness] = {}
-        for sub in (layout.WATCHDOG_DIR, layout.HEARTBEAT_DIR):
-            os.makedirs(os.path.join(path, sub), exist_ok=True)
-
-    def apply(self, files: Mapping[str, dict]) -> int:
-        """Mirror ``files`` (from :func:`rank_files`); returns how many changed."""
-        n = 0
-        for rel, f in files.items():
-            sub, _, name = rel.partition("/")
-            if sub not in (layout.WATCHDOG_DIR, layout.HEARTBEAT_DIR) or "/" in name \
-                    or not layout.parse_rank_file_name(name):
-                continue
-            dst = os.path.join(self.path, sub, name)
-            size, off, data = f["size"], f["offset"], f["data"]
-            if sub == layout.HEARTBEAT_DIR:
-                lv = f.get("liveness")
-                if isinstance(lv, list) and len(lv) == 2 and lv[0] in (ALIVE, GONE, ENDED, UNKNOWN):
-                    self.liveness[name] = Liveness(lv[0], str(lv[1]))
-                fsio.write_atomic(dst, data)
-                n += 1
-                continue
-            have = self.sizes.get(rel, 0)
-            if size == have:
-                continue
-            if size < have or off > have:
-                # rewritten, or a gap: keep what we have, append the newest bytes
-                pass
-            new = data[max(0, have - off):] if off <= have else data
-            with open(dst, "ab") as fh:
-                fh.write(new)
-            self.sizes[rel] = size
-            n += 1
-        return n
-
-
-# --------------------------------------------------------------------------- sources
-
-class BackgroundProbe:
-    """Runs ``probe(nodes) -> {rel: file}`` in a thread of its own, one probe at a time,
-    so that a slow ``srun`` never holds up a poll: :meth:`start` returns at once,
-    :meth:`take` hands over the answer of the finished probe (once), or None.
-
-    ``clock``: seconds, monotonic. :attr:`last_seconds` is how long the latest
-    finished probe took, :attr:`last_started` when it started; a probe that raises counts as an empty answer (logged once
-    per message).
-    """
-
-    def __init__(self, probe, clock=time.monotonic):
-        self.probe = probe
-        self.clock = clock
-        self._lock = threading.Lock()
-        self._thread: Optional[threading.Thread] = None
-        self._answer: Optional[Dict[str, dict]] = None
-        self._errors = set()
-        self.last_seconds: Optional[float] = None
-        #: when (``clock``) the latest finished probe started
-        self.last_started: Optional[float] = None
-
-    def busy(self) -> bool:
-        """True while a probe runs."""
-        t = self._thread
-        return t is not None and t.is_alive()
-
-    def start(self, nodes: List[str]) -> bool:
-        """Start a probe of ``nodes`` unless one runs already; True when one was started."""
-        if self.busy():
-            return False
-        self._thread = threading.Thread(target=self._run, args=(list(nodes),), daemon=True,
-                                        name="hpc-hangkit-probe")
-        self._thread.start()
-        return True
-
-    def _run(self, nodes: List[str]) -> None:
-        t0 = self.clock()
-        try:
-            files = self.probe(nodes) or {}
-        except Exception as e:  # a probe problem is evidence lost, not a monitor failure
-            msg = "%s: %s" % (type(e).__name__, e)
-            if msg not in self._errors:
-                self._errors.add(msg)
-                log.warning("probe of %s failed: %s", ",".join(nodes), msg)
-            files = {}
-        with self._lock:
-            self.last_seconds = self.clock() - t0
-            self.last_started = t0
-            prev = self._answer or {}
-            prev.update(files)
-            self._answer = prev
-
-    def take(self) -> Optional[Dict[str, dict]]:
-        """The finished probe's rank files (``{rel: file}``, possibly empty), or None
-        when no probe finished since the last call."""
-        with self._lock:
-            got, self._answer = self._answer, None
-        return got
-
-    def wait(self, timeout: Optional[float] = None) -> bool:
-        """Wait for the running probe (if any) to finish; True when none runs any more."""
-        t = self._thread
-        if t is not None:
-            t.join(timeout)
-        return not self.busy()
-
-
-class SlurmStackSource:
-    """Key ``"stacks"``: StackSource over the :class:`View` of every node's rank files.
-
-    ``probe(nodes) -> {rel: file}`` fetches the other nodes' rank files (default:
-    one ``srun --overlap`` step); it runs in the background (:class:`BackgroundProbe`)
-    and its answer enters the view at the first poll after it finished, so a probe
-    slower than the poll interval delays the remote evidence, never the local poll.
-    ``stats() -> [StepStat]`` gives sstat counters. ``poll_interval_s``: the
-    monitor's nominal interval (a probe slower than it is logged once). ``host``: this
-    node's name (default ``socket.gethostname()``). A rank process of this node that
-    vanished is seen in this node's ``/proc``, one of another node by that node's probe
-    (:func:`heartbeat_liveness`); either way the vanished record goes into the view and
-    into ``scratch``, whose capture copies it.
-    """
-
-    name = "stacks"
-    key = "stacks"
-
-    def __init__(self, scratch: str, view: View, other_nodes: List[str], probe=None,
-                 stats=None, samples: int = 5, world_size: Optional[int] = None,
-                 idle_probe_s: float = 30.0, together_after_s: Optional[float] = None,
-                 poll_interval_s: Optional[float] = None, host: Optional[str] = None):
-        from hpc_hangkit.detect.monitor import stack_judge
-        from hpc_hangkit.evidence.stacks import StackSource
-        self.scratch = scratch
-        self.view = view
-        self.other_nodes = list(other_nodes)
-        self.probe = probe
-        self.background = BackgroundProbe(probe) if probe is not None else None
-        self.stats = stats
-        # this node's ranks are checked against this node's /proc and exit records, the
-        # others' by their node's probe; every vanished record also goes to this node's
-        # scratch, so the capture copies it
-        self.inner = StackSource(view.path, stack_judge(), samples=samples, world_size=world_size,
-                                 together_after_s=together_after_s, node_scratch=scratch,
-                                 remote_liveness=self._remote_liveness, host=host)
-        self.probes = 0
-        #: seconds between probes; the monitor raises it after a confirmation
-        self.min_probe_interval_s = 0.0
-        #: seconds between probes while this node has no rank data at all
-        self.idle_probe_interval_s = idle_probe_s
-        self.poll_interval_s = poll_interval_s
-        self._slow_probe_logged = False
-        self._last_probe = None
-        self._last_answer = None  # when the probe of the latest answer started (monotonic s)
-        self._local_seen = False
-        self._last_stats: Dict[str, object] = {}
-
-    def rollcall(self, det=None):
-        return self.inner.rollcall(det)
-
-    def _remote_liveness(self, hb) -> Liveness:
-        """The liveness of another node's rank process, as that node's latest probe said."""
-        return self.view.liveness.get(os.path.basename(hb.path), Liveness(UNKNOWN))
-
-    def _step_evidence(self) -> Optional[dict]:
-        if self.stats is None:
-            return None
-        try:
-            cur = {s.step: s for s in self.stats()}
-        except Exception as e:  # sstat trouble is evidence lost, not a monitor failure
-            return {"error": str(e)}
-        ev = {}
-        for step, s in sorted(cur.items()):
-            p = self._last_stats.get(step)
-            ev[step] = {"ntasks": s.ntasks, "cpu_s": round(s.cpu_s, 2),
-                        "cpu_delta_s": round(s.cpu_s - p.cpu_s, 2) if p else None,
-                        "read_delta_bytes": (s.read_bytes - p.read_bytes) if p else None,
-                        "write_delta_bytes": (s.write_bytes - p.write_bytes) if p else None}
-        self._last_stats = cur
-        return ev
-
-    def _take_probe(self) -> None:
-        files = self.background.take() if self.background is not None else None
-        if files is None:
-            return
-        took = self.background.last_seconds
-        if (not self._slow_probe_logged and took is not None and self.poll_interval_s
-                and took > self.poll_interval_s):
-            self._slow_probe_logged = True
-            log.warning("probing the other node(s) took %.1f s (poll interval %.1f s); it runs "
-                        "beside the polls, so their news arrives that much later, and the "
-                        "confirm window stays wall-clock time", took, self.poll_interval_s)
-        if files:
-            self.view.apply(files)
-            # an answer after a long gap (no probe while this node moved): what changed on the
-            # other nodes since the previous answer happened at some time in that gap
-            started = self.background.last_started
-            if self._last_answer is None or started is None or started - self._last_answer > self._fresh_s(took):
-                age = self.background.clock() - started if started is not None else 0.0
-                self.inner.absorb_remote(age_s=age)
-            self._last_answer = started
-
-    def _fresh_s(self, took: Optional[float]) -> float:
-        """Seconds between two probe answers within which the second one's changes count as
-        progress: two polls or two probes, whichever is longer."""
-        return 2.0 * max(self.poll_interval_s or 1.0, took or 0.0)
-
-    def poll(self, now: float):
-        local = rank_files(self.scratch, since=self.view.sizes)
-        self._local_seen = self._local_seen or bool(local)
-        self.view.apply(local)
-        self._take_probe()
-        ans = self.inner.poll(now)
-        got = ans.get(self.key)
-        # probe on suspicion: nothing moved in the view; with no rank data on this node
-        # at all (no armed rank here), only every idle_probe_interval_s
-        interval = self.min_probe_interval_s if self._local_seen else max(
-            self.min_probe_interval_s, self.idle_probe_interval_s)
-        quiet = got is None or got[0] or not got[1].progressed
-        due = self._last_probe is None or now - self._last_probe >= interval
-        if self.other_nodes and self.background is not None and quiet and due:
-            if self.background.start(self.other_nodes):
-                self.probes += 1
-                self._last_probe = now
-        stalled = [k for k, a in ans.items() if a[0]]
-        if stalled:
-            got = ans[stalled[0]]
-            steps = self._step_evidence()
-            if steps is not None:
-                got[1].steps = steps
-                if not any(k.split(".")[-1] not in ("batch", "extern") for k in steps
-                           if k != "error") and "error" not in steps:
-                    # no user step is running: nothing to be hung
-                    log.info("no job step is running (sstat): not a hang")
-                    return {k: (False, a[1]) for k, a in ans.items()}
-        return ans
-
-
-class RasOnRankNode:
-    """The NCCL RAS source (:class:`hpc_hangkit.evidence.ras.RasSource`, writing its JSON history
-    under the ``hang_detector`` directory) run where a rank is: ``ncclras`` talks to the
-    RAS service of an NCCL process on its own node, so while this (batch) node holds
-    no rank of the job (no heartbeat file in its scratch), each query goes through
-    ``remote_prefix`` (``srun --overlap`` on another node of the job); as soon as a
-    rank is here, it runs locally (no job step per poll). Everything else is the
-    wrapped source's."""
-
-    def __init__(self, inner, scratch: str, remote_prefix: List[str]):
-        self.inner = inner
-        self.scratch = scratch
-        self.remote_prefix = list(remote_prefix)
-        self.local_ranks = False
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-    def poll(self, now: float):
-        if not self.local_ranks:
-            self.local_ranks = bool(layout.list_rank_files(
-                os.path.join(self.scratch, layout.HEARTBEAT_DIR)))
-            self.inner.client.prefix = [] if self.local_ranks else list(self.remote_prefix)
-        return self.inner.poll(now)
-
-
-def srun_probe(job_id: str, scratch: str, bin_argv: List[str], sample_signal: Optional[str] = None,
-               quiet_s: float = 1.0):
-    """A probe function for :class:`SlurmStackSource`: one ``srun --overlap`` step running
-    ``hpc-hangkit slurm-probe`` on the given nodes (with ``sample_signal``: each node first
-    samples its ranks quiet for ``quiet_s`` s); returns the merged rank files."""
-    argv = bin_argv + ["slurm-probe", "--scratch", scratch]
-    if sample_signal:
-        argv += ["--sample-signal", sample_signal, "--quiet-s", "%g" % quiet_s]
-
-    def _probe(nodes: List[str]) -> Dict[str, dict]:
-        try:
-            p = slurm.srun_overlap(job_id, nodes, argv, timeout=PROBE_TIMEOUT_S)
-        except slurm.SlurmError as e:
-            log.info("probe of %s failed: %s", ",".join(nodes), e)
-            return {}
-        text = p.stdout.decode("utf-8", "replace")
-        files = probe_files(text)
-        answered = len(parse_docs(text))
-        if answered < len(nodes):
-            log.info("probe: %d of %d node(s) answered (%s)", answered, len(nodes),
-                        p.stderr.decode("utf-8", "replace").strip()[-300:])
-        return files
-    return _probe
-
-
-# --------------------------------------------------------------------------- requeue policy
-
-def signature(report) -> dict:
-    """Where a hang is: ``{"verdict", "suspect_ranks", "where"}`` from a roll-call Report.
-
-    ``where``: sorted ``file:line function (in collective)`` of the user frame
-    (roll-call group ``frame``) of every group that holds a suspect rank: the
-    place the suspects stand. File names are base names, so a job that moved
-    its checkout still repeats.
-    """
-    d = report.to_dict() if hasattr(report, "to_dict") else dict(report or {})
-    sus = sorted(int(r) for r in (d.get("suspect_ranks") or []))
-    where = []
-    for g in d.get("groups") or []:
-        ranks = g.get("ranks") or []
-        if isinstance(ranks, str):
-            from hpc_hangkit.ranges import parse_ranks
-            ranks = parse_ranks(ranks)
-        if not set(int(r) for r in ranks) & set(sus):
-            continue
-        fr = g.get("frame") or g.get("position") or {}
-        if isinstance(fr, dict):
-            pos = "%s:%s %s" % (os.path.basename(str(fr.get("file", "?"))), fr.get("line", "?"),
-                                fr.get("function", ""))
-        else:
-            pos = str(fr)
-        if g.get("collective"):
-            pos += " (in %s)" % g["collective"]
-        where.append(str(pos))
-    return {"verdict": d.get("verdict"), "suspect_ranks": sus, "where": sorted(where)}
-
-
-@dataclass(frozen=True)
-class Decision:
-    """``action``: ``keep`` (observe: the job runs on), ``requeue`` or ``end``; ``reason``: one sentence."""
-    action: str
-    reason: str
-
-
-def decide(mode: str, requeue_flag: bool, batch: bool, state: dict, sig: dict, attempt: int,
-           max_hang_requeues: int) -> Decision:
-    """The requeue rule, pure. ``state``: the requeue state (``hang_requeues`` int,
-    ``hangs`` list of ``{"attempt", "signature"}``) before this hang."""
-    if mode != "fail":
-        return Decision("keep", "observe mode: hang reported, the job keeps running")
-    if not batch:
-        return Decision("end", "not requeued: only batch jobs are requeued")
-    if not requeue_flag:
-        return Decision("end", "not requeued: the job does not allow requeue "
-                               "(submitted with --no-requeue, or JobRequeue=0 on this cluster)")
-    prev = [h for h in state.get("hangs", []) if int(h.get("attempt", -1)) < attempt]
-    if prev:
-        p = prev[-1]
-        ps = p.get("signature") or {}
-        if ps.get("suspect_ranks") == sig.get("suspect_ranks") and ps.get("where") == sig.get("where"):
-            return Decision("end", "not requeued: repeat - rank(s) %s hang at the same place as in "
-                                   "attempt %s (%s)" % (_ranks(sig), p.get("attempt"),
-                                                        "; ".join(sig.get("where") or []) or "?"))
-    used = int(state.get("hang_requeues", 0))
-    if used >= max_hang_requeues:
-        return Decision("end", "not requeued: the hang-requeue budget is spent (%d of %d used)"
-                        % (used, max_hang_requeues))
-    return Decision("requeue", "requeueing: hang requeue %d of %d" % (used + 1, max_hang_requeues))
-
-
-def _ranks(sig: dict) -> str:
-    from hpc_hangkit.ranges import format_ranks
-    return format_ranks(sig.get("suspect_ranks") or []) or "?"
-
-
-# --------------------------------------------------------------------------- the monitor
 
 class BatchMonitor:
     """One job's monitor: sources, detector, capture fan-out, report, requeue.
@@ -694,56 +212,82 @@ class BatchMonitor:
             return None
 
     def act(self, rep, where: str):
-        mode = self.settings.mode
-        sig = signature(rep)
-        info = None
-        if mode == "fail":
-            try:
-                info = slurm.job_info(self.job_id)
-            except (slurm.SlurmError, ValueError) as e:
-                log.error("cannot look the job up (%s): not requeued", e)
-        url = storage.state_url(self.settings, self.job_id, self.env)
-        state = storage.load_state(url) if mode == "fail" else {}
-        d = decide(mode, bool(info and info.requeue), bool(info and info.batch) if info else False,
-                   state, sig, self.attempt, int(self.settings.max_hang_requeues))
+        """What a confirmed hang does to the job (report ``rep``, its path ``where``): look the
+        job up, decide (:func:`hpc_hangkit.slurm.requeue.decide`), record the hang, then
+        requeue, or end the job unless the attempt is over already."""
+        d, count = self._decide(rep)
         if d.action == "keep":
             log.warning("hpc-hangkit: %s; report: %s", d.reason, where)
             return
-        state.setdefault("hangs", []).append({"attempt": self.attempt, "signature": sig,
-                                              "t": round(time.time(), 3), "action": d.action,
-                                              "reason": d.reason})
+        d = count(d)
         if d.action == "requeue":
-            state["hang_requeues"] = int(state.get("hang_requeues", 0)) + 1
+            d = self._requeue(d, where)
+            if d is None:
+                return
+        self._end(d, where)
+
+    def _decide(self, rep):
+        """``(Decision, count)``: the rule applied to this hang, with ``count(decision) ->
+        decision``, which records the hang in the requeue state (a requeue that cannot be
+        counted becomes an end)."""
+        mode = self.settings.mode
+        sig = signature(rep)
+        info = self._job_info() if mode == "fail" else None
+        url = state_url(self.settings, self.job_id, self.env)
+        state = RequeueState.load(url) if mode == "fail" else RequeueState()
+        d = decide(mode, bool(info and info.requeue), bool(info and info.batch), state, sig, self.attempt,
+                   int(self.settings.max_hang_requeues))
+        return d, lambda d: self._record(url, state, sig, d)
+
+    def _job_info(self):
+        """The job as ``scontrol show job`` has it, or None (logged: then it is not requeued)."""
         try:
-            storage.save_state(url, state)
+            return slurm.job_info(self.job_id)
+        except (slurm.SlurmError, ValueError) as e:
+            log.error("cannot look the job up (%s): not requeued", e)
+            return None
+
+    def _record(self, url: str, state: RequeueState, sig: dict, d: Decision) -> Decision:
+        """Add this hang (and a requeue to the count) to ``state`` and save it at ``url``.
+        Returns ``d``, or an end when a requeue could not be counted: it could repeat without
+        end."""
+        state.hangs.append(Hang(self.attempt, sig, round(time.time(), 3), d.action, d.reason))
+        if d.action == "requeue":
+            state.hang_requeues += 1
+        try:
+            state.save(url)
         except Exception as e:
-            # a requeue that cannot be counted could repeat without end: end the job instead
             log.warning("could not record the hang in the requeue state %s: %s: %s", url,
                         type(e).__name__, e)
             if d.action == "requeue":
-                d = Decision("end", "not requeued: cannot record the hang-requeue count at %s (%s)"
-                             % (url, e))
-        if d.action == "requeue":
-            log.error("hpc-hangkit: %s; report of this attempt: %s", d.reason, where)
-            self._flush()
-            try:
-                slurm.requeue(self.job_id)
-                return
-            except slurm.SlurmError as e:
-                # The requeue kills this attempt's processes, scontrol (our child,
-                # in the batch step) included, sometimes before its answer
-                # arrives: "failed (exit -15)" while the job WAS requeued. Ask
-                # Slurm what happened before treating it as refused.
-                moved = self._moved_on()
-                if moved:
-                    log.warning("hpc-hangkit: scontrol requeue ended abnormally (%s) but the job "
-                                "was requeued (%s)", e, moved)
-                    self._flush()
-                    return
-                d = Decision("end", "not requeued: scontrol requeue refused: %s" % e)
+                return Decision("end", "not requeued: cannot record the hang-requeue count at %s (%s)"
+                                % (url, e))
+        return d
+
+    def _requeue(self, d: Decision, where: str) -> Optional[Decision]:
+        """``scontrol requeue`` the job: None when it was requeued, an end when Slurm refused."""
+        log.error("hpc-hangkit: %s; report of this attempt: %s", d.reason, where)
+        self._flush()
+        try:
+            slurm.requeue(self.job_id)
+            return None
+        except slurm.SlurmError as e:
+            # The requeue kills this attempt's processes, scontrol (our child, in the batch
+            # step) included, sometimes before its answer arrives: "failed (exit -15)" while
+            # the job WAS requeued. Ask Slurm what happened before treating it as refused.
+            moved = self._moved_on()
+            if moved:
+                log.warning("hpc-hangkit: scontrol requeue ended abnormally (%s) but the job "
+                            "was requeued (%s)", e, moved)
+                self._flush()
+                return None
+            return Decision("end", "not requeued: scontrol requeue refused: %s" % e)
+
+    def _end(self, d: Decision, where: str) -> None:
+        """End the job (the mark in its Comment, then ``scancel``), unless this attempt is
+        already over: a later attempt is never ended."""
         moved = self._moved_on()
         if moved:
-            # never end a later attempt: this one is already over
             log.error("hpc-hangkit: hang confirmed, %s; not ending the job: %s. Report: %s",
                       d.reason, moved, where)
             self._flush()
@@ -933,7 +477,7 @@ class StepMonitor(BatchMonitor):
         return float(self.settings.poll_interval_s)
 
     def act(self, rep, where: str):
-        d = decide(self.settings.mode, False, False, {}, signature(rep), self.attempt,
+        d = decide(self.settings.mode, False, False, RequeueState(), signature(rep), self.attempt,
                    int(self.settings.max_hang_requeues))
         if d.action == "keep":
             log.warning("hpc-hangkit: observe mode: hang reported, step %s keeps running; "

@@ -77,7 +77,7 @@ def test_rerun_is_idempotent_and_other_nodes_same_name_kept(area):
     area.make_attempt("102", 0, uid, gid, {"hang_detector/events.jsonl": b'{"b": 2}\n'})
     uid, gid, user = job_user()
     res = collect_attempt(area.scratch, "102", 0, "file://" + area.storage, uid=uid,
-                                 gid=gid, user=user, deadline=time.monotonic() + 20, host="hk2")
+                          gid=gid, user=user, deadline=time.monotonic() + 20, host="hk2")
     assert res["status"] == "complete", res
     _, stored = _stored(area, "102")
     assert open(stored["hang_detector/events.jsonl"], "rb").read() == b'{"a": 1}\n'
@@ -186,7 +186,7 @@ def test_no_storage_url_leaves_manifest(area):
     uid, gid, user = job_user()
     d = area.make_attempt("107", 0, uid, gid, {"watchdog/rank_0.pid1.log": b"x\n"})
     res = collect_attempt(area.scratch, "107", 0, None, uid=uid, gid=gid, user=user,
-                                 deadline=time.monotonic() + 10, host="hk1")
+                          deadline=time.monotonic() + 10, host="hk1")
     assert res["status"] == "incomplete" and "storage_url" in res["reason"]
     man = copy.read_manifest(d)
     assert man["files"][0]["state"] == "pending"
@@ -199,7 +199,7 @@ def test_budget_spent_leaves_pending_files_in_manifest(area):
     d = area.make_attempt("108", 0, uid, gid, files)
     # a budget too short to start any copy: nothing copied, but the outcome is recorded
     res = collect_attempt(area.scratch, "108", 0, "file://" + area.storage, uid=uid,
-                                 gid=gid, user=user, deadline=time.monotonic() + 0.3, host="hk1")
+                          gid=gid, user=user, deadline=time.monotonic() + 0.3, host="hk1")
     assert res["status"] in ("incomplete", "timeout"), res
     man = copy.read_manifest(d)
     assert man["status"] in ("incomplete", "timeout")
@@ -340,7 +340,7 @@ def test_same_log_from_owner_and_monitor_copy_is_stored_once(area, fh_dump):
     area.make_attempt("112", 0, uid, gid, {"watchdog/rank_2.pid7.log": log_full,
                                           "heartbeats/rank_2.pid7.hb": b"A" * 64})
     res = collect_attempt(area.scratch, "112", 0, "file://" + area.storage, uid=uid,
-                                 gid=gid, user=user, deadline=time.monotonic() + 20, host="hk2")
+                          gid=gid, user=user, deadline=time.monotonic() + 20, host="hk2")
     assert res["status"] == "complete", res
     _, stored = _stored(area, "112")
     wd = sorted(k for k in stored if "/watchdog/" in k)
@@ -350,7 +350,7 @@ def test_same_log_from_owner_and_monitor_copy_is_stored_once(area, fh_dump):
     # a really different file of the same name (a rewritten heartbeat) is kept too
     area.make_attempt("112", 0, uid, gid, {"heartbeats/rank_2.pid7.hb": b"B" * 64})
     res = collect_attempt(area.scratch, "112", 0, "file://" + area.storage, uid=uid,
-                                 gid=gid, user=user, deadline=time.monotonic() + 20, host="hk1")
+                          gid=gid, user=user, deadline=time.monotonic() + 20, host="hk1")
     _, stored = _stored(area, "112")
     assert open(stored["hang_detector/heartbeats/rank_2.pid7.hb"], "rb").read() == b"A" * 64
     assert open(stored["hang_detector/heartbeats/rank_2.pid7.hk1.hb"], "rb").read() == b"B" * 64

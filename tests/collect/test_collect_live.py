@@ -78,7 +78,7 @@ def test_live_capture_answer_merges_into_a_roll_call(spawn, tmp_path):
     # `hpc-hangkit collect` reads storage -- also by its array-task name
     storage = tmp_path / "storage"
     res = collect_attempt(str(tmp_path), "7", 0, "file://%s" % storage, uid=0, gid=0,
-                                 user="root", deadline=time.monotonic() + 30, host="hk1")
+                          user="root", deadline=time.monotonic() + 30, host="hk1")
     assert res["status"] == "complete", res
     (storage / "5_1.jobid").write_text("7\n")
     empty = tmp_path / "otherscratch"

@@ -14,7 +14,7 @@ import pytest
 
 from hpc_hangkit.collect import copy, job
 from hpc_hangkit.collect.attempt import collect_attempt
-from hpc_hangkit.slurm import epilog
+from hpc_hangkit.slurm import epilog, requeue
 
 from collect_helpers import area, as_uid, two_users  # noqa: F401 (area: fixture)
 
@@ -103,7 +103,7 @@ def test_planted_paths_are_refused_and_dumps_stay_local(area, how, root_job):
     evil = _plant(area, other, how, job_id)
     before = set(_tree(area.storage, evil))
     res = collect_attempt(area.scratch, job_id, 0, "file://" + area.storage, uid=uid,
-                                 gid=gid, user=user, deadline=time.monotonic() + 20, host="hk1")
+                          gid=gid, user=user, deadline=time.monotonic() + 20, host="hk1")
     assert res["status"] == "incomplete", res
     assert "refused" in res["reason"], res
     for rel, data in FILES.items():
@@ -127,8 +127,8 @@ def test_root_job_refuses_a_planted_user_prefix(area):
     os.chown(evil, other[0], other[1])
     as_uid(other[0], other[1], lambda: os.symlink(evil, os.path.join(area.storage, "root")))
     res = collect_attempt(area.scratch, "6200", 0, "file://%s/{user}" % area.storage,
-                                 uid=0, gid=0, user="root", deadline=time.monotonic() + 20,
-                                 host="hk1")
+                          uid=0, gid=0, user="root", deadline=time.monotonic() + 20,
+                          host="hk1")
     assert res["status"] == "incomplete" and "symlink of uid %d" % other[0] in res["reason"], res
     assert os.listdir(evil) == []
     assert set(os.listdir(d)) >= {"watchdog", "hang_detector", copy.MANIFEST_NAME}
@@ -146,7 +146,7 @@ def test_stored_dumps_private_even_under_a_default_acl_on_the_store(area):
     # the job's own monitor made the job directory earlier, with a loose umask
     as_uid(uid, gid, lambda: (os.umask(0), os.makedirs(os.path.join(area.storage, "6300"))))
     res = collect_attempt(area.scratch, "6300", 0, "file://" + area.storage, uid=uid,
-                                 gid=gid, user=user, deadline=time.monotonic() + 20, host="hk1")
+                          gid=gid, user=user, deadline=time.monotonic() + 20, host="hk1")
     assert res["status"] == "complete", res
     jd = os.path.join(area.storage, "6300")
     assert os.stat(jd).st_mode & 0o777 == 0o700 and os.stat(jd).st_uid == uid
@@ -200,7 +200,7 @@ def test_monitor_report_publish_obeys_the_same_rules(area, tmp_path):
     assert got.endswith("6501/attempt_0/hang_detector/report.txt"), got
     area.make_attempt("6501", 0, uid, gid, FILES)
     res = collect_attempt(area.scratch, "6501", 0, url, uid=uid, gid=gid, user=user,
-                                 deadline=time.monotonic() + 20, host="hk1")
+                          deadline=time.monotonic() + 20, host="hk1")
     assert res["status"] == "complete", res
 
 
@@ -248,7 +248,7 @@ def test_requeue_state_never_follows_a_planted_symlink(area, how, existing):
     directory that is not hkuser's own the save is refused (the monitor then ends the
     job instead of requeueing: tests/slurm/test_slurm_unit.py); in hkuser's own (loose)
     job directory the link is replaced by hkuser's private file."""
-    from hpc_hangkit import layout, storage
+    from hpc_hangkit import layout
 
     (uid, gid, user), other = two_users()
     job_id = "66%d%d" % (STATE_HOW.index(how), existing)
@@ -270,18 +270,18 @@ def test_requeue_state_never_follows_a_planted_symlink(area, how, existing):
         return True
     assert as_uid(other[0], other[1], plant) is True
     before = set(_tree(area.storage))
-    url = storage.state_url(area.settings(), job_id, {"USER": user})
+    url = requeue.state_url(area.settings(), job_id, {"USER": user})
     assert url == "file://" + state_file
-    loaded = as_uid(uid, gid, lambda: storage.load_state(url))
-    assert loaded == {}, "the state was read through the link: %r" % (loaded,)
-    saved = as_uid(uid, gid, lambda: storage.save_state(url, {"hang_requeues": 1}))
+    loaded = as_uid(uid, gid, lambda: requeue.RequeueState.load(url).to_json())
+    assert loaded == {"hang_requeues": 0, "hangs": []}, "the state was read through the link: %r" % (loaded,)
+    saved = as_uid(uid, gid, lambda: requeue.RequeueState(hang_requeues=1).save(url))
     _victim_untouched(victim, target, existing)
     if how == "symlink in the user's loose job dir":
         assert saved is None, saved
         st = os.lstat(state_file)
         assert (st.st_uid, oct(st.st_mode)) == (uid, oct(0o100600)), "hkuser's own file"
         assert os.stat(jd).st_mode & 0o777 == 0o700
-        assert as_uid(uid, gid, lambda: storage.load_state(url)) == {"hang_requeues": 1}
+        assert as_uid(uid, gid, lambda: requeue.RequeueState.load(url).to_json()) == {"hang_requeues": 1, "hangs": []}
     else:
         assert str(saved).startswith("ERROR StoreRefused") and "refused" in saved, saved
         assert set(_tree(area.storage)) == before, "nothing written into the store"

@@ -39,7 +39,7 @@ def _worker(args):
     uid, gid, user = job_user()
     barrier.wait(timeout=60)
     res = collect_attempt(scratch, job_id, 0, url, uid=uid, gid=gid, user=user,
-                                 deadline=time.monotonic() + 30, host="hk1")
+                          deadline=time.monotonic() + 30, host="hk1")
     q.put(res)
 
 

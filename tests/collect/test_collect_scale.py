@@ -40,7 +40,7 @@ def test_100k_files_long_url_complete_across_15s_reruns(area):
     for _ in range(30):
         t0 = time.monotonic()
         res = collect_attempt(area.scratch, "800", 0, url, uid=uid, gid=gid, user=user,
-                                     deadline=t0 + BUDGET_S, host="hk1")
+                              deadline=t0 + BUDGET_S, host="hk1")
         took = time.monotonic() - t0
         left = sum(len(ns) for _, _, ns in os.walk(d)) if os.path.isdir(d) else 0
         runs.append((res["status"], left, round(took, 1)))

@@ -52,7 +52,7 @@ def test_s3_round_trip_verified(area, s3):
     d = area.make_attempt("201", 0, uid, gid, files)
     url = "s3://%s/prefix" % BUCKET
     res = collect_attempt(area.scratch, "201", 0, url, uid=uid, gid=gid, user=user,
-                                 deadline=time.monotonic() + 60, host="hk1")
+                          deadline=time.monotonic() + 60, host="hk1")
     assert res["status"] == "complete", res
     assert res["copied"] == 4
     assert not any(os.path.isfile(os.path.join(r, n)) for r, _, ns in os.walk(d) for n in ns)
@@ -81,7 +81,7 @@ def test_s3_stalled_past_budget_then_finished_later(area, s3):
     os.kill(proc.pid, signal.SIGSTOP)         # accepts TCP connections, never answers
     t0 = time.monotonic()
     res = collect_attempt(area.scratch, "202", 0, url, uid=uid, gid=gid, user=user,
-                                 deadline=t0 + 4.0, host="hk1")
+                          deadline=t0 + 4.0, host="hk1")
     took = time.monotonic() - t0
     assert took < 5.0, "collector overran its 4 s budget: %.1f s" % took
     assert res["status"] == "timeout", res
@@ -131,8 +131,8 @@ def test_user_fsspec_config_is_used_for_the_users_job(area, spawn, port, monkeyp
             os.chown(os.path.join(root, n), uid, gid)
     area.make_attempt("203", 0, uid, gid, {"watchdog/rank_0.pid1.log": b"dump\n"})
     res = collect_attempt(area.scratch, "203", 0, "s3://userconf/d", uid=uid, gid=gid,
-                                 user=user, deadline=time.monotonic() + 60, host="hk1",
-                                 home=home)
+                          user=user, deadline=time.monotonic() + 60, host="hk1",
+                          home=home)
     assert res["status"] == "complete", res
     fs = s3fs.S3FileSystem(endpoint_url=url, key="testing", secret="testing",
                            skip_instance_cache=True)

@@ -124,14 +124,15 @@ def test_batch_monitor_hears_of_a_vanished_rank_on_another_node_from_its_probe(s
     (``slurm-probe``, here run in-process on the "remote" scratch) says whether each
     heartbeat's process lives, and the monitor records the vanished rank in its view and in
     its own node scratch (which its capture copies)."""
-    from hpc_hangkit.slurm import batch
+    from hpc_hangkit.slurm import probe as slurm_probe
+    from hpc_hangkit.slurm import sources as slurm_sources
 
     remote, procs, _ = start_two_ranks(spawn, tmp_path, 0.5)  # the "other node": this host's ranks
     probe = inprocess_probe(remote)
     local = tmp_path / "local"
     local.mkdir()
-    src = batch.SlurmStackSource(str(local), batch.View(str(tmp_path / "view")), ["hk2"], probe=probe,
-                                 idle_probe_s=0.0, world_size=2, host="monitor-node")
+    src = slurm_sources.SlurmStackSource(str(local), slurm_probe.View(str(tmp_path / "view")), ["hk2"], probe=probe,
+                                         idle_probe_s=0.0, world_size=2, host="monitor-node")
     t = [0.0]
 
     def poll_after_probe():

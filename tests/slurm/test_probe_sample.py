@@ -15,7 +15,8 @@ from testlib import inprocess_probe, start_two_ranks, wait_for
 from hpc_hangkit import layout
 from hpc_hangkit.parse.faulthandler import parse_faulthandler
 from hpc_hangkit.parse.heartbeat import read_heartbeats
-from hpc_hangkit.slurm import batch
+from hpc_hangkit.slurm import probe as slurm_probe
+from hpc_hangkit.slurm import sources as slurm_sources
 
 def dumps(scratch, pid):
     d = os.path.join(scratch, layout.WATCHDOG_DIR)
@@ -32,8 +33,8 @@ def test_probe_samples_quiet_ranks_and_leaves_moving_ones_alone(spawn, tmp_path)
     assert dumps(scratch, procs[0].pid) == 0  # the watchdog's own period is far away
 
     buf = io.StringIO()
-    assert batch.probe_main(scratch, out=buf, sample_signal=settings.watchdog_signal, quiet_s=0.5) == 0
-    files = batch.probe_files(buf.getvalue())
+    assert slurm_probe.probe_main(scratch, out=buf, sample_signal=settings.watchdog_signal, quiet_s=0.5) == 0
+    files = slurm_probe.probe_files(buf.getvalue())
     # the answer already holds the quiet rank's fresh dump: it was asked for before the files were read
     wd = [rel for rel in files if rel.startswith(layout.WATCHDOG_DIR + "/rank_0.")]
     assert wd and b"vanish_job.py" in files[wd[0]]["data"], (wd, files.keys())
@@ -42,7 +43,7 @@ def test_probe_samples_quiet_ranks_and_leaves_moving_ones_alone(spawn, tmp_path)
     assert dumps(scratch, procs[1].pid) == 0
 
     # without a signal the probe only reads
-    batch.probe_main(scratch, out=io.StringIO())
+    slurm_probe.probe_main(scratch, out=io.StringIO())
     assert dumps(scratch, procs[0].pid) == 1
 
 
@@ -58,8 +59,8 @@ def test_an_answer_after_a_long_gap_is_a_baseline_not_progress(spawn, tmp_path):
     local = tmp_path / "local"
     local.mkdir()
     poll_s = 0.5
-    src = batch.SlurmStackSource(str(local), batch.View(str(tmp_path / "view")), ["hk2"], probe=probe,
-                                 idle_probe_s=0.0, world_size=2, host="monitor-node", poll_interval_s=poll_s)
+    src = slurm_sources.SlurmStackSource(str(local), slurm_probe.View(str(tmp_path / "view")), ["hk2"], probe=probe,
+                                         idle_probe_s=0.0, world_size=2, host="monitor-node", poll_interval_s=poll_s)
     src.min_probe_interval_s = 1e9  # the test starts every probe itself
     src.poll(0.0)  # the first poll starts the first probe
     src.background.wait(30)
@@ -88,7 +89,7 @@ def test_batch_monitor_samples_its_own_ranks_through_their_watchdog_thread(spawn
     they never show: that wait timed out every poll and escalated to a C-level faulthandler
     dump (a crash risk for a running rank, and a second wasted second per poll)."""
     scratch, procs, _ = start_two_ranks(spawn, tmp_path, 600.0)
-    src = batch.SlurmStackSource(scratch, batch.View(str(tmp_path / "view")), [], world_size=2)
+    src = slurm_sources.SlurmStackSource(scratch, slurm_probe.View(str(tmp_path / "view")), [], world_size=2)
     outcomes = []
     for t in range(4):
         src.poll(float(t))

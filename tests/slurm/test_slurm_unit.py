@@ -20,6 +20,9 @@ from fakeslurm import FakeCommands, Reply
 from hpc_hangkit import gather, layout, wire
 from hpc_hangkit.capture.whyfile import is_why_data
 from hpc_hangkit.slurm import batch
+from hpc_hangkit.slurm import requeue as slurm_requeue
+from hpc_hangkit.slurm import probe as slurm_probe
+from hpc_hangkit.slurm import sources as slurm_sources
 from hpc_hangkit import slurmjob as slurm
 
 
@@ -109,41 +112,41 @@ def test_step_monitor_dir_is_per_job_and_step_under_home():
 
 
 def test_decide_observe_never_requeues():
-    d = batch.decide("observe", True, True, {}, SIG_A, 0, 1)
+    d = slurm_requeue.decide("observe", True, True, slurm_requeue.RequeueState(), SIG_A, 0, 1)
     assert d.action == "keep"
 
 
 def test_decide_fail_requeues_within_budget():
-    d = batch.decide("fail", True, True, {}, SIG_A, 0, 1)
+    d = slurm_requeue.decide("fail", True, True, slurm_requeue.RequeueState(), SIG_A, 0, 1)
     assert d.action == "requeue" and "1 of 1" in d.reason
 
 
 def test_decide_no_requeue_flag_is_refused_with_reason():
-    d = batch.decide("fail", False, True, {}, SIG_A, 0, 1)
+    d = slurm_requeue.decide("fail", False, True, slurm_requeue.RequeueState(), SIG_A, 0, 1)
     assert d.action == "end" and "--no-requeue" in d.reason
 
 
 def test_decide_repeat_beats_budget_and_names_it():
-    state = {"hang_requeues": 1, "hangs": [{"attempt": 0, "signature": SIG_A}]}
-    d = batch.decide("fail", True, True, state, SIG_A, 1, 1)
+    state = slurm_requeue.RequeueState.from_json({"hang_requeues": 1, "hangs": [{"attempt": 0, "signature": SIG_A}]})
+    d = slurm_requeue.decide("fail", True, True, state, SIG_A, 1, 1)
     assert d.action == "end" and "repeat" in d.reason and "attempt 0" in d.reason
 
 
 def test_decide_different_hang_with_budget_left_requeues_again():
-    state = {"hang_requeues": 1, "hangs": [{"attempt": 0, "signature": SIG_A}]}
-    assert batch.decide("fail", True, True, state, SIG_B, 1, 2).action == "requeue"
-    d = batch.decide("fail", True, True, state, SIG_B, 1, 1)
+    state = slurm_requeue.RequeueState.from_json({"hang_requeues": 1, "hangs": [{"attempt": 0, "signature": SIG_A}]})
+    assert slurm_requeue.decide("fail", True, True, state, SIG_B, 1, 2).action == "requeue"
+    d = slurm_requeue.decide("fail", True, True, state, SIG_B, 1, 1)
     assert d.action == "end" and "budget is spent (1 of 1" in d.reason
 
 
 def test_decide_budget_ignores_slurm_restart_count():
     # attempt 1 after an admin requeue / preemption: our own count is still 0
-    assert batch.decide("fail", True, True, {}, SIG_A, 1, 1).action == "requeue"
+    assert slurm_requeue.decide("fail", True, True, slurm_requeue.RequeueState(), SIG_A, 1, 1).action == "requeue"
 
 
 def test_signature_from_real_report_json():
     d = json.load(open(os.path.join(REPO, "tests", "fixtures", "slurm", "report_split_rank1.json")))
-    sig = batch.signature(d)
+    sig = slurm_requeue.signature(d)
     assert sig["suspect_ranks"] == [1]
     assert sig["where"] == ["gloo_divergent.py:54 main (in barrier)"]
 
@@ -182,12 +185,12 @@ def _rank_log(d, rank, pid, text):
 
 
 def test_view_mirrors_growing_logs_byte_for_byte(tmp_path):
-    src, view = str(tmp_path / "src"), batch.View(str(tmp_path / "view"))
+    src, view = str(tmp_path / "src"), slurm_probe.View(str(tmp_path / "view"))
     p = _rank_log(src, 0, 11, b"# hpc-hangkit rank=0\nfirst dump\n")
-    view.apply(batch.rank_files(src, since=view.sizes))
+    view.apply(slurm_probe.rank_files(src, since=view.sizes))
     _rank_log(src, 0, 11, b"second dump\n")
-    assert view.apply(batch.rank_files(src, since=view.sizes)) == 1
-    assert view.apply(batch.rank_files(src, since=view.sizes)) == 0   # nothing new
+    assert view.apply(slurm_probe.rank_files(src, since=view.sizes)) == 1
+    assert view.apply(slurm_probe.rank_files(src, since=view.sizes)) == 0   # nothing new
     with open(os.path.join(view.path, "watchdog", os.path.basename(p)), "rb") as f:
         assert f.read() == open(p, "rb").read()
 
@@ -198,7 +201,7 @@ def test_rank_files_never_follows_symlinks(tmp_path):
     secret = tmp_path / "secret"
     secret.write_text("root only")
     os.symlink(str(secret), os.path.join(src, "watchdog", "rank_1.pid12.log"))
-    files = batch.rank_files(src)
+    files = slurm_probe.rank_files(src)
     assert list(files) == ["watchdog/rank_0.pid11.log"]
 
 
@@ -496,7 +499,7 @@ def test_ras_runs_through_the_prefix_until_this_node_holds_a_rank(tmp_path, monk
     scratch = tmp_path / "scratch"
     (scratch / layout.HEARTBEAT_DIR).mkdir(parents=True)
     hd = scratch / layout.HANG_DETECTOR_DIR
-    src = batch.RasOnRankNode(RasSource(settings, out_dir=str(hd)), str(scratch), launcher)
+    src = slurm_sources.RasOnRankNode(RasSource(settings, out_dir=str(hd)), str(scratch), launcher)
     first = src.poll(1.0)
     assert first and launched.read_text() == "remote\n"            # no rank here: remote
     (scratch / layout.HEARTBEAT_DIR / "rank_0.pid42.hb").write_bytes(b"\0" * 512)
@@ -637,12 +640,12 @@ def test_slow_probe_runs_beside_the_polls_and_joins_the_next_one(tmp_path, caplo
     def probe(nodes):
         started.append(list(nodes))
         assert release.wait(60), "the test never released the probe"
-        return batch.rank_files(remote)
+        return slurm_probe.rank_files(remote)
 
     scratch = str(tmp_path / "scratch")
     os.makedirs(scratch)
-    src = batch.SlurmStackSource(scratch, batch.View(str(tmp_path / "view")), ["hk2"], probe=probe,
-                                 idle_probe_s=0.0, poll_interval_s=1.0)
+    src = slurm_sources.SlurmStackSource(scratch, slurm_probe.View(str(tmp_path / "view")), ["hk2"], probe=probe,
+                                         idle_probe_s=0.0, poll_interval_s=1.0)
     ticks = iter(range(0, 1000, 4))
     src.background.clock = lambda: float(next(ticks))   # each probe takes 4 s, 4x the interval
     src.poll(0.0)                      # returns although the probe it started is still blocked
