@@ -15,7 +15,7 @@ from typing import Dict, Iterable, List, Optional, Tuple
 
 from hpc_hangkit import layout
 from hpc_hangkit.parse.model import ParsedLog, Sample
-from hpc_hangkit.ranges import MAX_RANKS, format_ranks, parse_ranks
+from hpc_hangkit.ranges import MAX_RANKS, format_ranks
 from hpc_hangkit.rollcall.facts import SUMMARY_VERSION, Checkin, RankFacts, merge_chain, rank_facts, remember
 from hpc_hangkit.rollcall.frames import frames_from_json
 from hpc_hangkit.rollcall.read import DirContents, in_capture_tree, list_files, read_dir
@@ -244,12 +244,12 @@ def _unpack_rows(summary: dict) -> Tuple[Optional[int], dict, Dict[int, tuple], 
     rows: Dict[int, tuple] = {}
     for p in summary.get("positions") or ():
         try:
-            ranks = parse_ranks(str(p.get("ranks", "")))
+            runs = parse_runs(str(p.get("ranks", "")))
         except ValueError:
             continue
         row = (p.get("chain"), p.get("state") or "unknown", {})
-        for r in ranks:
-            rows[r] = row
+        for lo, hi in runs:
+            rows.update(dict.fromkeys(range(lo, hi + 1), row))
     for rs, extra in (summary.get("facts") or {}).items():
         try:
             r = int(rs)
@@ -348,7 +348,10 @@ class StreamMerge:
     Not thread-safe; :meth:`result` once.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, share: bool = False) -> None:
+        #: the result may hold the summaries' own facts entries (they are never changed
+        #: later: summaries read from files and dropped), not copies
+        self.share = share
         self.world: Optional[int] = None
         self.k: Optional[int] = None
         self.chains: Dict[str, dict] = {}
@@ -537,12 +540,26 @@ class StreamMerge:
             positions.append((runs[0][0], key, state, ",".join(items)))
         slim: Dict[str, dict] = {}
         entry = RankFacts.summary_entry
+        as_is: Dict[tuple, bool] = {}              # entry names -> written as they are
         for r in sorted(facts):
             e = facts.pop(r)
+            if not e:
+                continue
+            if type(e) is dict and all(e.values()):
+                names = tuple(e)
+                ok = as_is.get(names)
+                if ok is None:
+                    # the entry does not depend on the position; with no empty value, only hb
+                    # and taken are rewritten by value (RankFacts.from_summary), the rest by names
+                    out = entry(None, "unknown", e)
+                    ok = as_is[names] = (list(out.items()) == list(e.items()) and "hb" not in e
+                                         and "taken" not in e)
+                if ok:
+                    slim[str(r)] = e if self.share else dict(e)
+                    continue
+            e = entry(None, "unknown", e)
             if e:
-                e = entry(None, "unknown", e)      # the entry does not depend on the position
-                if e:
-                    slim[str(r)] = e
+                slim[str(r)] = e
         self._facts = {}
         out = pack_positions(self.world, self.k if self.k is not None else 5, self.chains, positions, slim,
                              self.unwatched, self.warnings)

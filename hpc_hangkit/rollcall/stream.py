@@ -46,7 +46,7 @@ def merge_files(paths: Iterable[str]) -> dict:
     summary in memory at a time besides the merge. A file that cannot be read or is no
     version-1 summary is skipped with a line in the result's ``warnings``."""
     warns: List[str] = []
-    m = StreamMerge()
+    m = StreamMerge(share=True)
     with no_cyclic_gc():
         for doc in _read_summaries(paths, warns):
             m.add(doc)

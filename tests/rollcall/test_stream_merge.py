@@ -250,3 +250,11 @@ def test_stream_merge_keeps_runs_not_ranks():
     assert m._runs == {("c1", "stuck"): [[0, 99999]]}
     out = m.result()
     assert out["positions"] == [_pos("c1", "stuck", "0-99999")] and out["facts"] == {}
+
+
+def test_merge_copies_facts_entries_merge_files_need_not():
+    """merge() of the caller's dicts never hands back the caller's entries (a change to the
+    result must not change the inputs); merge_files owns what it read."""
+    s = _disk(HOSTILE[1])
+    out = merge(s)
+    assert out["facts"]["4"] == s["facts"]["4"] and out["facts"]["4"] is not s["facts"]["4"]
