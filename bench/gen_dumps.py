@@ -21,7 +21,8 @@ Usage::
 writes ``OUT/watchdog/rank_<r>.pid<pid>.log`` and prints the expected suspects as JSON.
 :func:`node_summaries` builds per-node summaries (8 ranks per node) without
 writing 100k files: it summarises a few real 8-rank node templates with
-``hpc_hangkit.rollcall.summarize_node`` and relabels their ranks.
+``hpc_hangkit.rollcall.summarize_node`` and relabels their ranks;
+:func:`write_node_summaries` writes them one file per node (125k files for 1M ranks).
 """
 import argparse
 import json
@@ -192,6 +193,65 @@ def node_summaries(nodes, per_node=8, samples=5, n_divergent=3, templates=None):
         s["hosts"] = ["node%05d" % n]
         out.append(s)
     return out, sorted(div)
+
+
+def iter_node_summaries(nodes, per_node=8, samples=5, n_divergent=3, templates=None):
+    """Like :func:`node_summaries`, one node at a time: yields ``(node index, summary)``;
+    the summaries share their (read-only) chains table, so a million ranks are never in
+    memory at once. Suspects: ``divergent_ranks(nodes * per_node, n_divergent)``."""
+    from hpc_hangkit.parse.faulthandler import parse_faulthandler
+    from hpc_hangkit.ranges import format_ranks, parse_ranks
+    from hpc_hangkit.rollcall import summarize_node
+
+    t = templates or Templates()
+    world = nodes * per_node
+    div = divergent_ranks(world, n_divergent)
+    cache = {}
+    for n in range(nodes):
+        base = n * per_node
+        dl = tuple(r - base for r in div if base <= r < base + per_node)
+        tpl = cache.get(dl)
+        if tpl is None:
+            logs = []
+            for lr in range(per_node):
+                lg = parse_faulthandler(rank_log(t, lr, world, samples, lr in dl), "rank_%d.log" % lr)
+                lg.rank = lr
+                logs.append(lg)
+            s = summarize_node(logs, samples=samples, world_size=world)
+            tpl = cache[dl] = (s, [(p, parse_ranks(p["ranks"])) for p in s["positions"]],
+                               [(int(k), v) for k, v in s["facts"].items()])
+        s, pos, facts = tpl
+        host = "node%05d" % n
+        out = dict(s)
+        out["positions"] = [dict(p, ranks=format_ranks([r + base for r in rs])) for p, rs in pos]
+        fo = {}
+        for lr, v in facts:
+            v = dict(v)
+            if "host" in v:
+                v["host"] = host
+            if "pid" in v:
+                v["pid"] = 100000 + base + lr
+            fo[str(lr + base)] = v
+        out["facts"] = fo
+        out["hosts"] = [host]
+        yield n, out
+
+
+def write_node_summaries(out, nodes, per_node=8, samples=5, n_divergent=3, templates=None):
+    """Write ``out/nodes/n<index>.summary.json`` for ``nodes`` x ``per_node`` ranks (what the
+    epilogs would store); returns (paths, suspects, total bytes)."""
+    d = os.path.join(out, "nodes")
+    os.makedirs(d, exist_ok=True)
+    paths = []
+    total = 0
+    for n, s in iter_node_summaries(nodes, per_node, samples, n_divergent, templates):
+        data = json.dumps(s, separators=(",", ":"))
+        p = os.path.join(d, "n%06d.summary.json" % n)
+        with open(p, "w") as fh:
+            fh.write(data)
+        total += len(data)
+        paths.append(p)
+    return paths, divergent_ranks(nodes * per_node, n_divergent), total
 
 
 def main(argv=None):
