@@ -135,10 +135,8 @@ class Taint:
                 lv = self.trip_level(value)
                 for kind, c in conds:
                     lv = max(lv, 1 if kind == "except" else self.test_level(c))
-            else:
+            else:  # a loop's element, a part of an unpacked tuple: what the name holds
                 lv = max([self.env.get(n, 0) for n in _names(target)] or [0])
-                if isinstance(part, int):
-                    lv = min(lv, self._elem_level(value, part)) if part is not None else lv
             for name in _names(target):
                 if lv > self.trip_env.get(name, 0):
                     self.trip_env[name] = lv
