@@ -12,6 +12,7 @@ deleted; whatever was not copied stays in scratch with a manifest
 :func:`hpc_hangkit.storage.open_store` (``file://``: no symlink followed,
 nothing written into what another user made).
 """
+import enum
 import errno
 import fcntl
 import json
@@ -49,9 +50,25 @@ _ASIDE_RE = re.compile(r"^" + re.escape(ASIDE_PREFIX)
                        r"-\d+-\d+$")
 _ASIDE_WHY = ("set aside by the collector, not a dump: not copied, deleted once the attempt is "
               "copied")
+
+
+class Skip(enum.Enum):
+    """Why a scanned entry is not copied (the manifest's ``why`` says it in words)."""
+    SYMLINK = "symlink"
+    FIFO = "fifo"
+    SOCKET = "socket"
+    DEVICE = "device"                   # any other non-regular file
+    VIEW = "view"                       # the batch-step monitor's transient view
+    ASIDE = "aside"                     # the collector's own set-aside bookkeeping
+    STAT_FAILED = "stat failed"
+    TOO_DEEP = "too deep"
+    DIR_UNREADABLE = "directory unreadable"
+
+
 #: skipped entries removed from scratch after a complete copy (recorded in the manifest)
-_JUNK = ("symlink", "not a regular file (fifo)", "not a regular file (socket)", _VIEW_WHY,
-         _ASIDE_WHY)
+_JUNK = frozenset((Skip.SYMLINK, Skip.FIFO, Skip.SOCKET, Skip.VIEW, Skip.ASIDE))
+#: the junk that is regular files (removed although regular: they are not dumps)
+_JUNK_REGULAR = frozenset((Skip.VIEW, Skip.ASIDE))
 
 
 # --------------------------------------------------------------------------
@@ -123,8 +140,9 @@ class Tree:
         return fd, parts[-1]
 
     def scan(self):
-        """-> (files [(rel, size)], skipped [(rel, why)], deferred) of the whole tree:
-        at most ``_MAX_FILES`` files; ``deferred`` counts the regular files beyond."""
+        """-> (files [(rel, size)], skipped [(rel, Skip, why)], deferred) of the whole tree:
+        at most ``_MAX_FILES`` files; ``deferred`` counts the regular files beyond; ``why``
+        is the manifest's sentence for the :class:`Skip`."""
         files, skipped = [], []
         deferred = [0]
 
@@ -136,24 +154,24 @@ class Tree:
                 if prefix == "" and (name == MANIFEST_NAME or name.startswith(MANIFEST_NAME + ".")):
                     continue
                 if prefix == "" and name.startswith(ASIDE_PREFIX):
-                    skipped.append((rel, _aside_why(name)))     # never opened or walked
+                    skipped.append((rel, Skip.ASIDE, _aside_why(name)))     # never opened or walked
                     continue
                 in_view = view or (prefix == "" and name.startswith(layout.MONITOR_VIEW_PREFIX))
                 try:
                     st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
                 except OSError as e:
-                    skipped.append((rel, "stat failed: %s" % e.strerror))
+                    skipped.append((rel, Skip.STAT_FAILED, "stat failed: %s" % e.strerror))
                     continue
                 if stat.S_ISLNK(st.st_mode):
-                    skipped.append((rel, "symlink (not followed)"))
+                    skipped.append((rel, Skip.SYMLINK, "symlink (not followed)"))
                 elif stat.S_ISDIR(st.st_mode):
                     if depth >= _MAX_DEPTH:
-                        skipped.append((rel, "directory deeper than %d levels" % _MAX_DEPTH))
+                        skipped.append((rel, Skip.TOO_DEEP, "directory deeper than %d levels" % _MAX_DEPTH))
                         continue
                     try:
                         sub = open_dir_at(dfd, name)
                     except OSError as e:
-                        skipped.append((rel, "cannot open directory: %s" % e.strerror))
+                        skipped.append((rel, Skip.DIR_UNREADABLE, "cannot open directory: %s" % e.strerror))
                         continue
                     try:
                         walk(sub, rel + "/", depth + 1, in_view)
@@ -161,14 +179,16 @@ class Tree:
                         os.close(sub)
                 elif stat.S_ISREG(st.st_mode):
                     if in_view:
-                        skipped.append((rel, _VIEW_WHY))
+                        skipped.append((rel, Skip.VIEW, _VIEW_WHY))
                         continue
                     if len(files) >= _MAX_FILES:
                         deferred[0] += 1
                         continue
                     files.append((rel, st.st_size))
                 else:
-                    skipped.append((rel, "not a regular file (%s)" % _kind(st.st_mode)))
+                    kind = Skip.FIFO if stat.S_ISFIFO(st.st_mode) else \
+                        Skip.SOCKET if stat.S_ISSOCK(st.st_mode) else Skip.DEVICE
+                    skipped.append((rel, kind, "not a regular file (%s)" % _kind(st.st_mode)))
 
         walk(self.root_fd, "", 0)
         return files, skipped, deferred[0]
@@ -675,7 +695,7 @@ def _copy_locked(tree, dest_url, job_id, attempt, host, deadline, delete_local, 
     for rel, size in files:
         entries[rel] = {"path": rel, "size": size, "sha256": None, "state": "pending",
                         "why": None, "dest": None}
-    for rel, why in skipped:
+    for rel, _, why in skipped:
         entries[rel] = {"path": rel, "size": None, "sha256": None, "state": "skipped",
                         "why": why, "dest": None}
     # what earlier runs stored: listed again, so the stored record is the whole attempt
@@ -689,7 +709,7 @@ def _copy_locked(tree, dest_url, job_id, attempt, host, deadline, delete_local, 
         elif ent.get("state") in ("pending", "failed", "kept") and ent.get("sha256") is None:
             carried.append(dict(ent, state="copied", why="not in scratch any more: copied by an"
                                 " earlier run after its last record (or removed by the user)"))
-    man["files"] = carried + [entries[r] for r, _ in files] + [entries[r] for r, _ in skipped]
+    man["files"] = carried + [entries[r] for r, _ in files] + [entries[r] for r, _, _ in skipped]
     if deferred:
         man["deferred"] = deferred
     if not files and not deferred:
@@ -781,9 +801,9 @@ def _finish_complete(tree, man, dest_url, job_id, attempt, open_store, skipped, 
     tree.remove(MANIFEST_NAME)
     tree.remove(JOURNAL_NAME)
     if delete_local:
-        for rel, why in skipped:
-            if why.startswith(_JUNK):
-                tree.unlink_junk(rel, regular_ok=why.startswith((_VIEW_WHY, _ASIDE_WHY)))
+        for rel, kind, _ in skipped:
+            if kind in _JUNK:
+                tree.unlink_junk(rel, regular_ok=kind in _JUNK_REGULAR)
         tree.prune_empty_dirs()
     tree.remove(LOCK_NAME)      # still held: a waiter sees the name gone and retries
 
@@ -889,7 +909,7 @@ def record_not_copied(tree, job_id, attempt, host, dest, status, why, lock_wait_
             man = _new_manifest(job_id, attempt, host, dest)
             man["files"] = ([{"path": r, "size": s, "state": "pending", "why": None}
                              for r, s in files]
-                            + [{"path": r, "state": "skipped", "why": w} for r, w in skipped])
+                            + [{"path": r, "state": "skipped", "why": w} for r, _, w in skipped])
         present = {r for r, _ in files}
         for ent in man.get("files", []):
             if ent.get("state") in ("pending", "failed", "kept") and ent.get("path") not in present:
