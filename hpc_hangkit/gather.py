@@ -142,12 +142,21 @@ def capture_here(settings, scratch: str, hd_dir: str, suspects=(), at: Optional[
     from hpc_hangkit.capture.ranks import discover_ranks
 
     ctx = CaptureContext(settings, scratch, hd_dir, discover_ranks(scratch),
-                         suspects=sorted(int(r) for r in suspects or ()))
+                         suspects=sorted(int(r) for r in suspects or ()), roll_call=roll_call_under(settings))
     wait_until(at)
     before = real_outputs(hd_dir)
     res = capture(ctx)
     restore_real_outputs(hd_dir, before)
     return res
+
+
+def roll_call_under(settings):
+    """The roll call over a directory under ``settings`` (its ``stack_samples``), for the
+    capture's sampling plan."""
+    def roll_call(path):
+        from hpc_hangkit.rollcall import report_from_dir
+        return report_from_dir(path, settings)
+    return roll_call
 
 
 def capture_main(settings, scratch: str, out=None, suspects=(), at: Optional[float] = None) -> int:

@@ -443,17 +443,17 @@ def test_report_from_dir_is_defined_once():
 
 #: The stage packages by floor, bottom first: a module may import from its own floor and the
 #: floors below, never from one above. A package that straddles two floors names the modules
-#: of its lower floor (``capture``'s leaves sit below the sources, its orchestrator above the
-#: roll call it plans from). Modules outside these packages (the foundations, ``storage``,
-#: ``gather``, ``slurmjob``, ``detect``, ``cli``, ``run``) are not floors here: the cycle rule
-#: covers them.
+#: of its lower floor (``capture``'s leaves sit below the sources, its orchestrator above
+#: them and below the roll call, which its caller hands in for the sampling plan). Modules
+#: outside these packages (the foundations, ``storage``, ``gather``, ``slurmjob``, ``detect``,
+#: ``cli``, ``run``) are not floors here: the cycle rule covers them.
 FLOORS: List[Tuple[str, Tuple[str, ...]]] = [
     ("parse", ("parse",)),
     ("capture leaves", ("capture.whyfile", "capture.ranks", "capture.native")),
     ("evidence", ("evidence",)),
+    ("capture", ("capture",)),
     ("rollcall", ("rollcall",)),
     ("report", ("report",)),
-    ("capture", ("capture",)),
     ("collect", ("collect",)),
     ("slurm", ("slurm",)),
 ]

@@ -11,7 +11,8 @@ Steps, in order, each bounded in time and each failing alone:
    (:func:`hpc_hangkit.capture.ranks.request_dumps`), waited for up to
    ``2 * dump_wait_s`` seconds so the dump lands before the copy;
 2. the sampling plan (:func:`plan_sampling`): the roll call over this node's
-   fresh dumps says which ranks get ``py-spy --native``
+   fresh dumps (``ctx.roll_call``, given by the caller: capture sits below the roll
+   call) says which ranks get ``py-spy --native``
    (:mod:`hpc_hangkit.capture.native`, setting ``native_stacks``);
 3. the ``capture`` step of each source, in the registry's order, each guarded:
    py-spy of every rank into ``<hd_dir>/stack_traces/``
@@ -28,7 +29,7 @@ import os
 import shutil
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List
+from typing import Callable, Dict, List, Optional
 
 from hpc_hangkit import layout
 from hpc_hangkit.capture.native import Sampling, plan
@@ -48,7 +49,10 @@ class CaptureContext:
     ``problems``: append one line per problem (a step reports here);
     ``suspects``: the job's suspect ranks when the caller knows them (the
     monitor's confirmation); ``sampling``: ``{rank: Sampling}``, how py-spy samples
-    each rank (:func:`plan_sampling` fills it; empty: ``--native`` for all).
+    each rank (:func:`plan_sampling` fills it; empty: ``--native`` for all);
+    ``roll_call``: ``roll_call(path) -> Report``, the roll call over a directory with the
+    caller's settings (:func:`hpc_hangkit.rollcall.report_from_dir`), which the plan is made
+    from (None: no plan, every rank ``--native``).
     """
 
     settings: object
@@ -58,6 +62,7 @@ class CaptureContext:
     problems: List[str] = field(default_factory=list)
     suspects: List[int] = field(default_factory=list)
     sampling: Dict[int, Sampling] = field(default_factory=dict)
+    roll_call: Optional[Callable[[str], object]] = None
 
     def problem(self, line: str) -> None:
         """Record one problem line (and log it as a warning)."""
@@ -118,16 +123,14 @@ def copy_rank_files(scratch: str, hd_dir: str) -> List[str]:
 def plan_sampling(ctx: CaptureContext) -> Dict[int, Sampling]:
     """Fill ``ctx.sampling`` for ``ctx.ranks`` (:func:`hpc_hangkit.capture.native.plan`, mode
     from ``settings.native_stacks``) from the roll call over ``ctx.scratch``'s watchdog logs
-    (this node's ranks, on-demand dumps included); returns it. A roll call that fails leaves the
-    plan without one (every rank ``--native``), recorded as a problem."""
+    (this node's ranks, on-demand dumps included) by ``ctx.roll_call``; returns it. A roll call
+    that fails leaves the plan without one (every rank ``--native``), recorded as a problem."""
     mode = getattr(ctx.settings, "native_stacks", "auto")
     rep = None
-    if mode == "auto" and ctx.ranks:
-        from hpc_hangkit.rollcall import report_from_dir
+    if mode == "auto" and ctx.ranks and ctx.roll_call is not None:
         try:
             # the watchdog logs only: a hang_detector/ inside the scratch holds older captures
-            rep = report_from_dir(os.path.join(ctx.scratch, layout.WATCHDOG_DIR),
-                                  samples=getattr(ctx.settings, "stack_samples", 5))
+            rep = ctx.roll_call(os.path.join(ctx.scratch, layout.WATCHDOG_DIR))
         except Exception as e:  # the plan is an economy: without it, sample everything
             ctx.problem("no roll call to choose native stacks from (%s: %s); --native for every "
                         "rank" % (type(e).__name__, e))

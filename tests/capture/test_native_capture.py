@@ -13,6 +13,7 @@ from hpc_hangkit.capture import native
 from hpc_hangkit.capture import orchestrator as cap
 from hpc_hangkit.capture.ranks import discover_ranks
 from hpc_hangkit.config import load_settings
+from hpc_hangkit.gather import roll_call_under
 from hpc_hangkit.parse.pyspy import parse_pyspy
 
 # a stand-in for torch.distributed: what matters to the roll call is the file path
@@ -77,7 +78,7 @@ def test_native_only_for_the_suspect_and_one_per_waiting_group(hung_ranks, tmp_p
     s = load_settings(env={}, path=os.devnull)
     assert s.native_stacks == "auto"
     hd = str(tmp_path / "hd")
-    ctx = cap.CaptureContext(s, hung_ranks, hd, discover_ranks(hung_ranks))
+    ctx = cap.CaptureContext(s, hung_ranks, hd, discover_ranks(hung_ranks), roll_call=roll_call_under(s))
     assert sorted(ctx.ranks) == [0, 1, 2, 3]
     res = cap.capture(ctx)
     plan = ctx.sampling
@@ -114,7 +115,7 @@ def test_native_only_for_the_suspect_and_one_per_waiting_group(hung_ranks, tmp_p
 def test_native_stacks_setting(hung_ranks, tmp_path, mode, natives):
     s = load_settings(env={"HANGKIT_NATIVE_STACKS": mode}, path=os.devnull)
     hd = str(tmp_path / "hd")
-    ctx = cap.CaptureContext(s, hung_ranks, hd, discover_ranks(hung_ranks))
+    ctx = cap.CaptureContext(s, hung_ranks, hd, discover_ranks(hung_ranks), roll_call=roll_call_under(s))
     cap.capture(ctx)
     got = {r for r in range(4) if parse_pyspy(_stack_file(hd, r)).header["capture"]["native"] == "yes"}
     assert got == natives
