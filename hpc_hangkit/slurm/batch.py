@@ -93,9 +93,11 @@ class BatchMonitor:
         self.settings = settings
         self.env = env
         self.bin_argv = bin_argv
-        self.job_id = layout.validate_job_id(env["SLURM_JOB_ID"])
-        self.attempt = slurm.attempt_from_env(env)
-        self.scratch = env.get(layout.ENV_SCRATCH_DIR) or layout.job_scratch_dir(
+        #: the job as its environment names it, read once
+        self.job = slurm.JobEnv.from_env(env)
+        self.job_id = self.job.job_id
+        self.attempt = self.job.attempt
+        self.scratch = self.job.scratch or layout.job_scratch_dir(
             settings.scratch_dir, self.job_id, self.attempt)
         if not self.scratch.rstrip("/").endswith("/attempt_%d" % self.attempt):
             log.warning("HANGKIT_SCRATCH_DIR=%s does not belong to attempt %d", self.scratch,
@@ -205,8 +207,7 @@ class BatchMonitor:
         if not base:
             return None
         try:
-            return storage.publish_report(base, self.job_id, self.attempt, self.hd_dir,
-                                          self.env.get("SLURM_JOB_USER") or self.env.get("USER"))
+            return storage.publish_report(base, self.job_id, self.attempt, self.hd_dir, self.job.user)
         except Exception as e:  # the epilog copies it later anyway
             log.warning("could not copy the report to storage now (%s); the epilog will", e)
             return None
@@ -358,10 +359,10 @@ class BatchMonitor:
         environment does not). Returns the alias, or None (not an array task, no
         storage, or storage refused: logged, the monitor goes on)."""
         url = getattr(self.settings, "storage_url", None)
-        if not url or not self.env.get("SLURM_ARRAY_TASK_ID"):
+        if not url or not self.job.alias:
             return None
         try:
-            alias = storage.record_array_alias(url, slurm.JobEnv.from_env(self.env))
+            alias = storage.record_array_alias(url, self.job)
             if alias:
                 log.info("array task %s is job %s (alias stored)", alias, self.job_id)
             return alias
