@@ -345,12 +345,12 @@ class StreamMerge:
     byte per rank (the coverage map, ranks below :data:`COVER_LIMIT`) tells whether a rank
     was seen before; a record is made only for a rank that two summaries hold (or that the
     map cannot hold: negative or huge); facts entries are kept only for ranks that carry one.
+    ``share``: the result may hold the summaries' own facts entries, not copies (for
+    summaries nobody changes later: :mod:`hpc_hangkit.rollcall.stream` reads them from files).
     Not thread-safe; :meth:`result` once.
     """
 
     def __init__(self, share: bool = False) -> None:
-        #: the result may hold the summaries' own facts entries (they are never changed
-        #: later: summaries read from files and dropped), not copies
         self.share = share
         self.world: Optional[int] = None
         self.k: Optional[int] = None
