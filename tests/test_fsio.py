@@ -216,3 +216,20 @@ def test_storage_put_never_writes_through_a_symlink_at_its_temporary_name(tmp_pa
         store.close()
     check()
     assert (tmp_path / "store" / "job" / "attempt_0" / "hang_detector" / "report.txt").read_bytes() == b"the report\n"
+
+
+@pytest.mark.timeout(60)
+def test_the_requeue_state_is_never_written_through_a_symlink_at_its_temporary_name(tmp_path):
+    """The monitor's requeue state (:class:`hpc_hangkit.slurm.requeue.RequeueState`) goes
+    through the store's one writer: a link planted at its temporary name is replaced."""
+    import socket
+    import re
+    from hpc_hangkit.slurm.requeue import RequeueState
+    job_dir = tmp_path / "store" / "77"
+    os.makedirs(job_dir, 0o700)
+    tag = re.sub(r"[^A-Za-z0-9_.-]", "_", socket.gethostname())[:64]
+    check = _plant(tmp_path, str(job_dir / (".%s.%s.hk.tmp" % (layout.REQUEUE_STATE_FILE, tag))))
+    url = "file://%s/%s" % (job_dir, layout.REQUEUE_STATE_FILE)
+    RequeueState(hang_requeues=1).save(url)
+    check()
+    assert RequeueState.load(url).hang_requeues == 1
