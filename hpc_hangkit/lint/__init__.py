@@ -21,14 +21,17 @@ class LintResult:
         self.lines = 0
 
 
-def lint_paths(paths, *, select=None, ignore=None, exclude=(), collectives=(), rank_sources=()):
+def lint_paths(paths, *, select=None, ignore=None, exclude=(), collectives=(), rank_sources=(), jobs=None):
     """Lint every ``*.py`` under ``paths`` (files or directories).
 
     ``select``/``ignore``: iterables of codes or code prefixes (``"HK1"``); ``exclude``:
     glob patterns matched against each path and each directory name; ``collectives``:
     extra collective names (see :func:`hpc_hangkit.lint.collectives.extend`); ``rank_sources``:
     extra names of calls/attributes whose value is the rank (see
-    :func:`hpc_hangkit.lint.collectives.extend_rank_sources`).
+    :func:`hpc_hangkit.lint.collectives.extend_rank_sources`); ``jobs``: worker processes for
+    the per-file phases (parsing and indexing each file, checking each module that reaches a
+    collective); None: the usable cores, and one process for fewer than
+    :data:`PARALLEL_MIN_FILES` files. The result does not depend on ``jobs``.
     Returns a :class:`LintResult`. Raises ``FileNotFoundError`` for a path that does not exist.
     """
     from hpc_hangkit.lint import collectives as C
@@ -37,47 +40,115 @@ def lint_paths(paths, *, select=None, ignore=None, exclude=(), collectives=(), r
     C.extend(collectives)
     C.extend_rank_sources(rank_sources)
     try:
-        return _lint(paths, select, ignore, exclude)
+        return _lint(paths, select, ignore, exclude, jobs)
     finally:
         C.restore(saved)
 
 
-def _lint(paths, select, ignore, exclude):
+#: below this many files one process does it all (starting workers costs more than it saves)
+PARALLEL_MIN_FILES = 200
+#: the project being checked, for the forked workers of the rules phase
+_PROJECT = None
+
+
+def _jobs(jobs, n):
+    import os
+    if jobs is None:
+        try:
+            cores = len(os.sched_getaffinity(0))
+        except AttributeError:  # not on Linux
+            cores = os.cpu_count() or 1
+        return cores if n >= PARALLEL_MIN_FILES else 1
+    return max(1, int(jobs))
+
+
+def _map(func, items, jobs):
+    """``func`` over ``items`` in order: in this process (``jobs`` 1) or in ``jobs`` forked
+    workers, which see this process's state as it is now (the settings' collectives and
+    rank sources, the project). Yields the results in the order of ``items``."""
+    import multiprocessing
+    if jobs <= 1 or len(items) < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        for x in items:
+            yield func(x)
+        return
+    pool = multiprocessing.get_context("fork").Pool(min(jobs, len(items)))
+    try:
+        yield from pool.imap(func, items, chunksize=max(1, min(16, len(items) // (8 * jobs))))
+        pool.close()
+    except BaseException:
+        pool.terminate()
+        raise
+    finally:
+        pool.join()
+
+
+def _index_file(path):
+    """Parse one file and compute its facts (no tree kept): ``(path, (module, foreign flags,
+    lines))``, or ``(path, message)`` when it cannot be read or parsed."""
     from hpc_hangkit.lint.calls import Project
-    from hpc_hangkit.lint.files import iter_files
+    from hpc_hangkit.lint.model import load_module
+    try:
+        mod = load_module(path)
+    except (SyntaxError, ValueError, OSError, RecursionError) as e:
+        return path, "%s: %s" % (type(e).__name__, e)
+    one = Project()
+    one.facts(mod)
+    lines = len(mod.lines)
+    mod.tree, mod.local, mod.lines = None, {}, []  # re-read below only where a collective is reached
+    for ff in mod.funcs.values():
+        ff.node = None
+    return path, (mod, one.foreign, lines)
+
+
+def _check_key(key):
+    """The findings of module ``key`` of :data:`_PROJECT` (parsed again for the rules)."""
     from hpc_hangkit.lint.model import functions_of, load_module
     from hpc_hangkit.lint.rules import check_module
-
-    res = LintResult()
-    project = Project()
-    reach = []
-    for path in iter_files(paths, exclude):
-        try:
-            mod = load_module(path)
-        except (SyntaxError, ValueError, OSError, RecursionError) as e:
-            res.errors.append((path, "%s: %s" % (type(e).__name__, e)))
-            continue
-        res.files += 1
-        res.lines += len(mod.lines)
-        project.add(mod)
-        mod.tree, mod.local = None, {}  # re-read below only where a collective is reached
-        for ff in mod.funcs.values():
-            ff.node = None
-        mod.lines = []
-        reach.append(mod)
-    project.propagate()
-    for mod in reach:
-        if not mod.has_p2p and not any(ff.witness for ff in mod.funcs.values()):
-            continue
-        fresh = load_module(mod.path, name=mod.name)
-        for qual, cls, node in functions_of(fresh.tree):
-            if qual in mod.funcs:
-                mod.funcs[qual].node = node
-        mod.tree, mod.lines, mod.local = fresh.tree, fresh.lines, fresh.local
-        res.findings.extend(check_module(project, mod))
+    mod = _PROJECT.modules[key]
+    fresh = load_module(mod.path, name=mod.name)
+    for qual, cls, node in functions_of(fresh.tree):
+        if qual in mod.funcs:
+            mod.funcs[qual].node = node
+    mod.tree, mod.lines, mod.local = fresh.tree, fresh.lines, fresh.local
+    try:
+        return check_module(_PROJECT, mod)
+    finally:
         mod.tree, mod.lines, mod.local = None, [], {}
         for ff in mod.funcs.values():
             ff.node = None
+
+
+def _lint(paths, select, ignore, exclude, jobs):
+    global _PROJECT
+    from hpc_hangkit.lint.calls import Project
+    from hpc_hangkit.lint.files import iter_files
+
+    res = LintResult()
+    project = Project()
+    files = list(iter_files(paths, exclude))
+    jobs = _jobs(jobs, len(files))
+    reach = []
+    for path, got in _map(_index_file, files, jobs):
+        if isinstance(got, str):
+            res.errors.append((path, got))
+            continue
+        mod, foreign, lines = got
+        res.files += 1
+        res.lines += lines
+        project.insert(mod)
+        for k, lv in foreign.items():
+            if lv > project.foreign.get(k, 0):
+                project.foreign[k] = lv
+        reach.append(mod)
+    project.propagate()
+    keys = list(dict.fromkeys(mod.key for mod in reach if project.modules.get(mod.key) is mod and (
+        mod.has_p2p or any(ff.witness for ff in mod.funcs.values()))))
+    _PROJECT = project
+    try:
+        for found in _map(_check_key, keys, jobs if len(keys) > 1 else 1):
+            res.findings.extend(found)
+    finally:
+        _PROJECT = None
 
     def wanted(code):
         if select and not any(code.startswith(s) for s in select):

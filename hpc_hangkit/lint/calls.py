@@ -13,7 +13,7 @@ import ast
 import os
 
 from hpc_hangkit.lint import collectives as C
-from hpc_hangkit.lint.model import FuncFacts, dotted, functions_of, qualify, walk_local
+from hpc_hangkit.lint.model import FUNC_RANKISH, FuncFacts, dotted, functions_of, qualify, walk_local
 from hpc_hangkit.lint.taint import Taint, call_kind
 from hpc_hangkit.lint.taint import _is_flag as _flag
 
@@ -92,6 +92,8 @@ class Project:
         #: ``param.attr = ...`` in that module (another object's flag: ``trainer.should_stop =
         #: True``); read as ``self.attr`` in a class of the same module named like the receiver
         self.foreign = {}
+        #: configured rank sources that :data:`~hpc_hangkit.lint.model.FUNC_RANKISH` does not match
+        self._extra_rank = None
 
     # ------------------------------------------------------------ building
     def add(self, mod):
@@ -99,6 +101,12 @@ class Project:
         compute its functions' facts (calls, direct collectives, return levels, ``self``
         attribute levels). The tree stays on ``mod``; drop it with ``mod.tree = None``.
         Adding a module of an already indexed path replaces it."""
+        self.facts(mod)
+        self.insert(mod)
+
+    def insert(self, mod):
+        """Index ``mod`` whose facts :meth:`facts` computed (here or in another process: the
+        module needs no tree). Adding a module of an already indexed path replaces it."""
         old = self.modules.get(mod.key)
         if old is not None:
             self._names[old.name].remove(old)
@@ -115,11 +123,18 @@ class Project:
                 self._aliases.setdefault(alias, []).append(mod)
         self._cache = {}
         self._canon = {}
+        for ff in mod.funcs.values():
+            self.funcs[(mod.key, ff.qualname)] = ff
+
+    def facts(self, mod):
+        """Compute the facts of every function of ``mod`` (its tree loaded) into ``mod.funcs``,
+        and another object's flags set in it into :attr:`foreign`. Needs nothing of the other
+        modules (so files can be read in parallel, then :meth:`insert` ed in order)."""
         fns = []
+        mod.funcs = {}
         for qual, cls, node in functions_of(mod.tree):
             ff = FuncFacts(mod.key, qual, cls, getattr(node, "lineno", 1), node, mod.path)
             mod.funcs[qual] = ff
-            self.funcs[(mod.key, qual)] = ff
             fns.append(ff)
         for ff in fns:
             self._types(mod, ff)
@@ -160,8 +175,9 @@ class Project:
                 ff.marked = True
         if C.configured_method(mod.name, ff.qualname):
             ff.marked = True
-        # no rank source anywhere in the module: nothing here can return one by itself
-        taint = Taint(node, mod, ff.cls, None) if mod.rankish else None
+        # no rank source anywhere in the module (or in the function's own text): nothing here can
+        # return one by itself
+        taint = Taint(node, mod, ff.cls, None) if mod.rankish and self._rankish(mod, ff) else None
         params = set(ff.params)
         rets = []
         has_return = False
@@ -170,6 +186,7 @@ class Project:
             if isinstance(n, ast.Call):
                 kind, name = call_kind(mod, n)
                 if kind == "collective":
+                    ff.directs.append((n.lineno, n.col_offset, name))
                     if ff.direct is None or n.lineno < ff.direct_line:
                         ff.direct, ff.direct_line = name, n.lineno
                 else:
@@ -177,7 +194,7 @@ class Project:
                         mod.has_p2p = True
                     ref = call_ref(mod, ff.cls, ff.qualname, n)
                     if ref is not None:
-                        ff.calls.append((ref, n.lineno))
+                        ff.calls.append((ref, n.lineno, n.col_offset, call_info(mod, n)))
                         if taint is not None and (n.args or n.keywords):
                             # what a callee can do with data is mostly iterate it: hand the
                             # trip-count level (a loader with a DistributedSampler: 0)
@@ -236,6 +253,8 @@ class Project:
                     ref = call_ref(mod, ff.cls, ff.qualname, n)
                     if ref is not None:
                         ff.ret_calls.append(ref)
+        if ff.qualname != "<module>" and (ff.calls or ff.directs):
+            ff.cond_ranges = _cond_ranges(node.body, set(ff.params) - {"self", "cls"})
         if ff.qualname != "<module>" and not has_return:
             ff.noreturn = any(_endless(n) for n in node.body)
         if ff.qualname != "<module>":
@@ -243,6 +262,19 @@ class Project:
         if ff.marked and ff.direct is None:
             ff.direct = ff.qualname.rsplit(".", 1)[-1] + "()"
             ff.direct_line = ff.line
+
+    def _rankish(self, mod, ff):
+        """The text of function ``ff`` names something the taint reads a level from
+        (:data:`~hpc_hangkit.lint.model.FUNC_RANKISH`, or a configured rank source)."""
+        node = ff.node
+        if ff.qualname == "<module>" or not mod.lines or getattr(node, "end_lineno", None) is None:
+            return True
+        text = "\n".join(mod.lines[node.lineno - 1:node.end_lineno])
+        if FUNC_RANKISH.search(text):
+            return True
+        if self._extra_rank is None:
+            self._extra_rank = [n for n in C.RANK_NAMES | C.RANK_CALLS if not FUNC_RANKISH.search(n)]
+        return any(n in text for n in self._extra_rank)
 
     # ------------------------------------------------------------ resolution
     def module_named(self, name, origin=None):
@@ -425,13 +457,19 @@ class Project:
         self._cache = {}  # resolutions made while modules were still being added
         callers = {}
         ret_callers = {}
-        for ff in self.funcs.values():
+        self._spec = {}
+        nodes = list(self.funcs.values())
+        i = 0
+        while i < len(nodes):  # copies specialised to constant arguments join as they are made
+            ff = nodes[i]
+            i += 1
             ff.witness = ff.direct
             ff.via = (ff.direct_line, None) if ff.direct else None
             ff.param_levels = {}
-            for ref, line in ff.calls:
+            for ref, line, _col, info in ff.calls:
                 callee = self.resolve(ref)
                 if callee is not None:
+                    callee = self.specialized(callee, ref, info, nodes)
                     callers.setdefault(id(callee), []).append((ff, line))
                 elif ff.witness is None and ref[0] == "q" and self.classify_q(ref[1], ref[2]) == "collective":
                     ff.direct = ff.witness = ref[1].rsplit(".", 1)[-1]
@@ -445,7 +483,7 @@ class Project:
                 callee = self.resolve(ref)
                 if callee is not None:
                     ret_callers.setdefault(id(callee), []).append(ff)
-        frontier = [ff for ff in self.funcs.values() if ff.witness]
+        frontier = [ff for ff in nodes if ff.witness]
         while frontier:
             best = {}
             for ff in frontier:
@@ -540,8 +578,62 @@ class Project:
 
     # ------------------------------------------------------------ queries (Taint, rules)
     def callee(self, mod, cls, scope, call):
-        """The tree function ``call`` resolves to, or None."""
-        return self.resolve(call_ref(mod, cls, scope, call))
+        """The tree function ``call`` resolves to, or None; specialised to the call's constant
+        arguments (:meth:`specialized`)."""
+        ref = call_ref(mod, cls, scope, call)
+        ff = self.resolve(ref)
+        return self.specialized(ff, ref, call_info(mod, call)) if ff is not None else None
+
+    def specialized(self, ff, ref, info, new=None):
+        """``ff`` as a call with ``info`` (:func:`call_info`) runs it: when constant arguments
+        (or the defaults of parameters the call leaves out) make some of its calls and
+        collectives unreachable (``load(args, evaluate=True)`` with the barriers under ``not
+        evaluate``; ``state_dict()`` with the broadcast under ``if all_ranks:``), a copy of
+        ``ff`` without them, made once per function and binding; else ``ff``. During
+        :meth:`propagate` (``new``: the list of functions being propagated) the copy joins the
+        fixpoint; afterwards its witness is taken from its remaining calls."""
+        if not ff.cond_ranges:
+            return ff
+        bound = 1 if (ff.cls and ff.params and ff.params[0] in ("self", "cls")
+                      and not (info is not None and info[3])) else 0
+        binding = _binding(ff, info, bound)
+        if not binding:
+            return ff
+        key = (id(ff), tuple(sorted((k, type(v).__name__, repr(v)) for k, v in binding.items())))
+        spec = self.__dict__.setdefault("_spec", {})
+        hit = spec.get(key)
+        if hit is not None:
+            return hit
+        dead = [(a, b) for a, b, test, pol in ff.cond_ranges if _truth(test, binding) is (not pol)]
+        if not dead:
+            spec[key] = ff
+            return ff
+
+        def live(line, col):
+            return not any(a <= (line, col) <= b for a, b in dead)
+        c = FuncFacts.__new__(FuncFacts)
+        for slot in FuncFacts.__slots__:
+            setattr(c, slot, getattr(ff, slot))
+        c.general = ff
+        c.calls = [x for x in ff.calls if live(x[1], x[2])]
+        c.directs = [x for x in ff.directs if live(x[0], x[1])]
+        c.direct, c.direct_line = (min(c.directs)[2], min(c.directs)[0]) if c.directs else (None, 0)
+        if ff.marked:
+            c.direct, c.direct_line = ff.direct, ff.direct_line
+        c.witness, c.via = c.direct, ((c.direct_line, None) if c.direct else None)
+        spec[key] = c
+        if new is not None:
+            new.append(c)
+            return c
+        for r, line, _col, inf in c.calls:  # after propagation: one level down, as propagated
+            if c.witness is not None:
+                break
+            callee = self.resolve(r)
+            if callee is not None:
+                callee = self.specialized(callee, r, inf)
+                if callee.witness:
+                    c.witness, c.via = callee.witness, (line, callee)
+        return c
 
     def return_level(self, mod, cls, call):
         """Rank level of the value a call of a tree function returns (0 when unresolved)."""
@@ -598,6 +690,143 @@ class Project:
                         else ff.witness))
             ff = nxt
         return out
+
+
+def call_info(mod, call):
+    """What :meth:`Project.specialized` needs of a call: None for a call without arguments,
+    else ``(number of positional arguments, keyword names, ((position or keyword, constant),
+    ...), explicit self, unpacked)``; explicit self: ``Class.method(obj, ...)`` on a class of the
+    module; unpacked: ``*args``/``**kwargs`` (the defaults are then unknown)."""
+    f = call.func
+    explicit = isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id in mod.bases
+    if not call.args and not call.keywords and not explicit:
+        return None
+    consts = []
+    unpacked = False
+    for i, a in enumerate(call.args):
+        if isinstance(a, ast.Starred):
+            unpacked = True
+        elif isinstance(a, ast.Constant):
+            consts.append((i, a.value))
+    names = []
+    for k in call.keywords:
+        if k.arg is None:
+            unpacked = True
+            continue
+        names.append(k.arg)
+        if isinstance(k.value, ast.Constant):
+            consts.append((k.arg, k.value.value))
+    return (len(call.args), tuple(names), tuple(consts), explicit, unpacked)
+
+
+def _binding(ff, info, bound):
+    """Parameter -> constant value for a call of ``ff`` (:func:`call_info`), only parameters
+    that the function's :attr:`~hpc_hangkit.lint.model.FuncFacts.cond_ranges` test."""
+    tested = set()
+    for _, _, test, _ in ff.cond_ranges:
+        tested.update(x.id for x in ast.walk(test) if isinstance(x, ast.Name))
+    out = {}
+    if info is None:
+        npos, names, consts, unpacked = 0, (), (), False
+    else:
+        npos, names, consts, _, unpacked = info
+    if not unpacked:
+        passed = set(names) | set(ff.params[bound:bound + npos])
+        out = {k: v for k, v in ff.defaults.items() if k in tested and k not in passed}
+    for k, v in consts:
+        if isinstance(k, int):
+            if k + bound >= len(ff.params):
+                continue
+            k = ff.params[k + bound]
+        if k in tested:
+            out[k] = v
+    return out
+
+
+_CMP = {ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b, ast.Is: lambda a, b: a is b,
+        ast.IsNot: lambda a, b: a is not b, ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
+_UNKNOWN = object()
+
+
+def _value(e, b):
+    if isinstance(e, ast.Constant):
+        return e.value
+    if isinstance(e, ast.Name):
+        return b.get(e.id, _UNKNOWN)
+    if isinstance(e, (ast.Tuple, ast.List)):
+        vals = [_value(x, b) for x in e.elts]
+        return _UNKNOWN if any(v is _UNKNOWN for v in vals) else tuple(vals)
+    if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not):
+        t = _truth(e.operand, b)
+        return _UNKNOWN if t is None else (not t)
+    if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub):
+        v = _value(e.operand, b)
+        return -v if isinstance(v, (int, float)) and not isinstance(v, bool) else _UNKNOWN
+    if isinstance(e, ast.BoolOp) or isinstance(e, ast.Compare):
+        t = _truth(e, b)
+        return _UNKNOWN if t is None else t
+    return _UNKNOWN
+
+
+def _truth(e, b):
+    """True, False, or None (unknown) for test ``e`` with the names of ``b`` bound to constants."""
+    if isinstance(e, ast.BoolOp):
+        ts = [_truth(v, b) for v in e.values]
+        decisive = isinstance(e.op, ast.Or)
+        if decisive in ts:
+            return decisive
+        return None if None in ts else (not decisive)
+    if isinstance(e, ast.Compare) and len(e.ops) == 1 and type(e.ops[0]) in _CMP:
+        left, right = _value(e.left, b), _value(e.comparators[0], b)
+        if left is _UNKNOWN or right is _UNKNOWN:
+            return None
+        try:
+            return bool(_CMP[type(e.ops[0])](left, right))
+        except TypeError:
+            return None
+    v = _value(e, b)
+    if v is _UNKNOWN:
+        return None
+    try:
+        return bool(v)
+    except Exception:
+        return None
+
+
+def _end(stmts):
+    last = stmts[-1]
+    return (getattr(last, "end_lineno", last.lineno), getattr(last, "end_col_offset", 0) or 0)
+
+
+def _cond_ranges(body, params):
+    """:attr:`~hpc_hangkit.lint.model.FuncFacts.cond_ranges` of a function body: ``if`` tests
+    that name a parameter (nested functions not entered)."""
+    out = []
+    if not params:
+        return ()
+
+    def names_param(test):
+        return any(isinstance(x, ast.Name) and x.id in params for x in ast.walk(test))
+
+    def block(stmts):
+        for i, st in enumerate(stmts):
+            if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                continue
+            if isinstance(st, ast.If) and names_param(st.test):
+                out.append(((st.body[0].lineno, st.body[0].col_offset), _end(st.body), st.test, True))
+                if st.orelse:
+                    out.append(((st.orelse[0].lineno, st.orelse[0].col_offset), _end(st.orelse), st.test, False))
+                elif isinstance(st.body[-1], (ast.Return, ast.Raise)) and i + 1 < len(stmts):
+                    rest = stmts[i + 1:]
+                    out.append(((rest[0].lineno, rest[0].col_offset), _end(rest), st.test, False))
+            for field in ("body", "orelse", "finalbody"):
+                sub = getattr(st, field, None)
+                if isinstance(sub, list) and sub and isinstance(sub[0], ast.stmt):
+                    block(sub)
+            for h in getattr(st, "handlers", None) or ():
+                block(h.body)
+    block(body)
+    return tuple(out)
 
 
 def _self_attr(t):

@@ -15,6 +15,15 @@ __all__ = ["ModuleFacts", "FuncFacts", "module_name", "load_module", "dotted", "
 RANKISH = re.compile(r"rank|RANK|environ|getenv|PROCID|process_index|is_main|is_local_main|global_zero|is_master|"
                      r"is_leader|exists|isfile|isdir|listdir|scandir|glob|random|rand|cuda|time|batch|shard|chunk|"
                      r"sample|dataset|loader|inputs|records|rows|files|data|except")
+#: a function whose own text matches none of these holds no rank-dependent or rank-local value by
+#: itself (what its parameters, ``self`` attributes or callees carry is added later): its facts
+#: need no :class:`~hpc_hangkit.lint.taint.Taint`. Every name the taint reads a level from
+#: by its own spelling is covered (rank names and calls, environment, file, clock, random, host,
+#: memory, sizes and per-rank data, except handlers)
+FUNC_RANKISH = re.compile(RANKISH.pattern + r"|RANK|PROCID|procid|proc_id|process_index|main|master|leader|chief|"
+                          r"primary|zero|root|first|stat|access|walk|host|platform|node|disk_usage|getsize|getmtime|"
+                          r"psutil|iterdir|is_file|is_dir|numel|nelement|shape|size|count_nonzero|__len__|local|"
+                          r"Sampler|split_dataset|shard|chunk")
 _IGNORE = re.compile(r"#\s*hangkit:\s*ignore(?:\[([A-Z0-9, ]+)\])?")
 
 
@@ -31,7 +40,8 @@ class FuncFacts:
 
     __slots__ = ("module", "path", "qualname", "cls", "line", "calls", "direct", "direct_line", "marked",
                  "ret_level", "ret_calls", "noreturn", "witness", "via", "node", "params", "param_levels",
-                 "arg_calls", "attr_params", "raises", "var_types", "ret_elems", "ret_params")
+                 "arg_calls", "attr_params", "raises", "var_types", "ret_elems", "ret_params", "defaults",
+                 "directs", "cond_ranges", "general")
 
     def __init__(self, module, qualname, cls, line, node, path=None):
         self.module = module
@@ -66,6 +76,17 @@ class FuncFacts:
         self.ret_elems = None
         #: parameter names the return values are computed from (directly or through locals)
         self.ret_params = frozenset()
+        #: parameter -> its default when that is a constant (``evaluate=False``)
+        self.defaults = _defaults(node)
+        #: every collective called directly: ``[(line, col, name)]``
+        self.directs = []
+        #: the parts of the body that run only when a test of the parameters holds (or does not):
+        #: ``[((line, col), (end line, end col), test node, polarity)]``; polarity True: the part
+        #: runs when the test is true (an ``if`` body), False: when it is false (the ``else``,
+        #: the rest of a block after ``if test: return``)
+        self.cond_ranges = ()
+        #: for a copy specialised to constant arguments: the function it was copied from, else None
+        self.general = None
 
 
 def _params(node):
@@ -73,6 +94,21 @@ def _params(node):
     if a is None or not hasattr(a, "args"):
         return ()
     return tuple(x.arg for x in list(getattr(a, "posonlyargs", [])) + list(a.args) + list(a.kwonlyargs))
+
+
+def _defaults(node):
+    a = getattr(node, "args", None)
+    if a is None or not hasattr(a, "args"):
+        return {}
+    out = {}
+    pos = list(getattr(a, "posonlyargs", [])) + list(a.args)
+    for arg, d in zip(pos[len(pos) - len(a.defaults):], a.defaults):
+        if isinstance(d, ast.Constant):
+            out[arg.arg] = d.value
+    for arg, d in zip(a.kwonlyargs, a.kw_defaults):
+        if isinstance(d, ast.Constant):
+            out[arg.arg] = d.value
+    return out
 
 
 class ModuleFacts:

@@ -82,6 +82,32 @@ def total(cells):
     COMM.Allreduce(data, out)  # HERE
     return out
 """),
+    "a_helper_called_with_the_constant_that_takes_its_collectives": ("HK101", """
+import torch.distributed as dist
+
+def load(args, evaluate=False):
+    if not evaluate:
+        dist.barrier()
+    return args
+
+def main(args):
+    if args.local_rank in [-1, 0]:  # BRANCH
+        return load(args, evaluate=False)  # HERE
+"""),
+    "a_method_whose_default_is_overridden_by_the_call": ("HK101", """
+import torch.distributed as dist
+
+class Opt:
+    def state_dict(self, all_ranks=False):
+        if all_ranks:
+            dist.broadcast_object_list([self])
+        return {}
+
+def save():
+    opt = Opt()
+    if dist.get_rank() == 0:  # BRANCH
+        opt.state_dict(all_ranks=True)  # HERE
+"""),
     "ddp_forward_on_rank_zero": ("HK101", """
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -97,6 +123,44 @@ class Trainer:
 }
 
 SILENT = {
+    "a_helper_called_with_the_constant_that_skips_its_collectives": """
+import torch.distributed as dist
+
+def load(args, evaluate=False):
+    if args.local_rank not in [-1, 0] and not evaluate:
+        dist.barrier()
+    feats = [args]
+    if args.local_rank == 0 and not evaluate:
+        dist.barrier()
+    return feats
+
+def run_eval(args):
+    return load(args, evaluate=True)
+
+def main(args):
+    if args.local_rank in [-1, 0]:
+        return run_eval(args)
+""",
+    "a_method_whose_default_skips_its_collectives": """
+import torch.distributed as dist
+
+class Opt:
+    def state_dict(self, all_ranks=False):
+        if not all_ranks:
+            return {}
+        dist.broadcast_object_list([self])
+        return {}
+
+def save():
+    opt = Opt()
+    if dist.get_rank() == 0:
+        opt.state_dict()
+
+def save_positional():
+    opt = Opt()
+    if dist.get_rank() == 0:
+        opt.state_dict(False)
+""",
     "a_comprehension_variable_does_not_change_the_local_of_that_name": """
 import torch.distributed as dist
 
