@@ -15,6 +15,7 @@ import os
 from hpc_hangkit.lint import collectives as C
 from hpc_hangkit.lint.model import FUNC_RANKISH, FuncFacts, dotted, functions_of, qualify, walk_local
 from hpc_hangkit.lint.taint import Taint, call_kind
+from hpc_hangkit.lint.taint import _AGREEING_ARG0, _AGREEING_ARG1
 from hpc_hangkit.lint.taint import _is_flag as _flag
 
 __all__ = ["Project", "call_ref"]
@@ -181,12 +182,17 @@ class Project:
         params = set(ff.params)
         rets = []
         has_return = False
+        agreed = set()
+        attr_vals = []
         local = mod.local.get(id(node))
         for n in (local if local is not None else walk_local(node)):
             if isinstance(n, ast.Call):
                 kind, name = call_kind(mod, n)
                 if kind == "collective":
                     ff.directs.append((n.lineno, n.col_offset, name))
+                    idx = 0 if name in _AGREEING_ARG0 else 1 if name in _AGREEING_ARG1 else None
+                    if idx is not None and len(n.args) > idx and isinstance(n.args[idx], ast.Name):
+                        agreed.add(n.args[idx].id)
                     if ff.direct is None or n.lineno < ff.direct_line:
                         ff.direct, ff.direct_line = name, n.lineno
                 else:
@@ -225,6 +231,7 @@ class Project:
                     key = _self_attr(t)
                     if key is None:
                         continue
+                    attr_vals.append((key, n.value))
                     if taint is not None:
                         lv = max(taint.level(n.value), taint.guard_level(n))
                         if lv > mod.attr_levels.get((ff.cls, key), 0):
@@ -245,6 +252,8 @@ class Project:
                             for i in range(len(rets[0].elts))]
         if rets and params:
             ff.ret_params = _flows_from(rets, local if local is not None else walk_local(node), params)
+        if rets or attr_vals:
+            self._agreement(mod, ff, rets, attr_vals, agreed, local if local is not None else walk_local(node))
         for r in rets:
             if taint is not None:
                 ff.ret_level = max(ff.ret_level, taint.level(r))
@@ -275,6 +284,38 @@ class Project:
         if self._extra_rank is None:
             self._extra_rank = [n for n in C.RANK_NAMES | C.RANK_CALLS if not FUNC_RANKISH.search(n)]
         return any(n in text for n in self._extra_rank)
+
+    def _agreement(self, mod, ff, rets, attr_vals, agreed, nodes):
+        """Which of ``ff``'s return values and ``self`` attribute assignments are agreed through
+        a collective (:attr:`~hpc_hangkit.lint.model.FuncFacts.ret_agreed`, ``agreed_attrs``)."""
+        deps = _deps(nodes) if agreed else {}
+
+        def agreed_value(e):
+            # a collective's result, a tree call (decided after propagation), or computed from a
+            # local handed to an agreeing collective
+            inner = e.args[0] if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and \
+                e.func.id in ("bool", "int", "float") and len(e.args) == 1 else e
+            if isinstance(inner, ast.Call):
+                if call_kind(mod, inner)[0] == "collective":
+                    return True
+                ref = call_ref(mod, ff.cls, ff.qualname, inner)
+                if ref is not None:
+                    return {ref}
+            if agreed and _closure(e, deps) & agreed:
+                return True
+            return False
+        if rets:
+            got = [agreed_value(r) for r in rets]
+            if True in got:
+                ff.ret_agreed = True
+            else:
+                refs = set().union(*[g for g in got if g])
+                ff.ret_agreed = refs or False
+        for key, value in attr_vals:
+            got = agreed_value(value)
+            if got:
+                old = ff.agreed_attrs.get((ff.cls, key))
+                ff.agreed_attrs[(ff.cls, key)] = True if (got is True or old is True) else (old or set()) | got
 
     # ------------------------------------------------------------ resolution
     def module_named(self, name, origin=None):
@@ -507,6 +548,29 @@ class Project:
                     caller.ret_level = ff.ret_level
                     work.append(caller)
         self._hand_arguments()
+        self._agree_attributes()
+
+    def _agree_attributes(self):
+        """Resolve :attr:`~hpc_hangkit.lint.model.FuncFacts.ret_agreed` through tree calls
+        (a function returning what an agreeing function returns), then mark the ``self``
+        attributes assigned an agreed value (``ModuleFacts.attr_agreed``): such a flag is
+        read as the same on every rank (``self.overflow = self.has_overflow()``, which
+        all-reduces it), whatever else is assigned to it (an initial value, a checkpoint's)."""
+        def agreed(v):
+            return v is True or (bool(v) and any(getattr(self.resolve(r), "ret_agreed", None) is True for r in v))
+        changed = True
+        while changed:
+            changed = False
+            for ff in self.funcs.values():
+                if ff.ret_agreed and ff.ret_agreed is not True and agreed(ff.ret_agreed):
+                    ff.ret_agreed = True
+                    changed = True
+        for ff in self.funcs.values():
+            if ff.agreed_attrs:
+                mod = self.modules.get(ff.module)
+                for key, v in ff.agreed_attrs.items():
+                    if agreed(v):
+                        mod.attr_agreed.add(key)
 
     def _hand_arguments(self):
         """Rank levels of arguments handed to tree functions and classes (``Trainer(args,
@@ -663,7 +727,7 @@ class Project:
     def attr_level(self, mod, cls, attr):
         """Rank level of ``self.attr`` (``attr`` may be dotted: ``state.best``) in class ``cls``
         of ``mod`` (assignments in its methods, and its bases' in the same module)."""
-        if not cls:
+        if not cls or (cls, attr) in mod.attr_agreed:
             return 0
         lv = mod.attr_levels.get((cls, attr), 0)
         if "." not in attr and self.foreign:
@@ -776,7 +840,9 @@ def _truth(e, b):
         if decisive in ts:
             return decisive
         return None if None in ts else (not decisive)
-    if isinstance(e, ast.Compare) and len(e.ops) == 1 and type(e.ops[0]) in _CMP:
+    if isinstance(e, ast.Compare):
+        if len(e.ops) != 1 or type(e.ops[0]) not in _CMP:
+            return None
         left, right = _value(e.left, b), _value(e.comparators[0], b)
         if left is _UNKNOWN or right is _UNKNOWN:
             return None
@@ -835,6 +901,37 @@ def _self_attr(t):
     if parts and parts[0] == "self" and 2 <= len(parts) <= 4:
         return ".".join(parts[1:])
     return None
+
+
+def _deps(nodes):
+    """Local name -> the names its assigned values (and loop iterables) are computed from."""
+    deps = {}
+    for n in nodes:
+        if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and getattr(n, "value", None) is not None:
+            used = {x.id for x in ast.walk(n.value) if isinstance(x, ast.Name)}
+            for t in (n.targets if isinstance(n, ast.Assign) else [n.target]):
+                for x in ast.walk(t):
+                    if isinstance(x, ast.Name):
+                        deps.setdefault(x.id, set()).update(used)
+        elif isinstance(n, (ast.For, ast.AsyncFor, ast.comprehension)):
+            used = {x.id for x in ast.walk(n.iter) if isinstance(x, ast.Name)}
+            for x in ast.walk(n.target):
+                if isinstance(x, ast.Name):
+                    deps.setdefault(x.id, set()).update(used)
+    return deps
+
+
+def _closure(e, deps):
+    """The names expression ``e`` is computed from, through the locals of ``deps``."""
+    seen = set()
+    todo = [x.id for x in ast.walk(e) if isinstance(x, ast.Name)]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        todo.extend(deps.get(name, ()))
+    return seen
 
 
 def _flows_from(rets, nodes, params):

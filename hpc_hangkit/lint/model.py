@@ -41,7 +41,7 @@ class FuncFacts:
     __slots__ = ("module", "path", "qualname", "cls", "line", "calls", "direct", "direct_line", "marked",
                  "ret_level", "ret_calls", "noreturn", "witness", "via", "node", "params", "param_levels",
                  "arg_calls", "attr_params", "raises", "var_types", "ret_elems", "ret_params", "defaults",
-                 "directs", "cond_ranges", "general")
+                 "directs", "cond_ranges", "general", "ret_agreed", "agreed_attrs")
 
     def __init__(self, module, qualname, cls, line, node, path=None):
         self.module = module
@@ -87,6 +87,13 @@ class FuncFacts:
         self.cond_ranges = ()
         #: for a copy specialised to constant arguments: the function it was copied from, else None
         self.general = None
+        #: its return value is agreed through a collective (``return bool(flag)`` after
+        #: ``all_reduce(flag)``): True, or the refs of the tree calls whose value it returns
+        #: (agreed when one of them is, after propagation), or False
+        self.ret_agreed = False
+        #: ``(class, attr) -> True or {refs}``: ``self.attr = <agreed value>`` in this function
+        #: (the result of a collective, a local agreed through one, a tree call returning one)
+        self.agreed_attrs = {}
 
 
 def _params(node):
@@ -120,7 +127,8 @@ class ModuleFacts:
     ``self.attr`` assignments), ``ignores`` (line -> set of codes, ``"*"`` for all), ``lines``."""
 
     __slots__ = ("path", "key", "name", "imports", "stars", "funcs", "bases", "attr_levels", "ignores", "lines",
-                 "tree", "is_package", "has_p2p", "local", "rankish", "attr_types", "collective_attrs")
+                 "tree", "is_package", "has_p2p", "local", "rankish", "attr_types", "collective_attrs",
+                 "attr_agreed")
 
     def __init__(self, path, name, tree, text, is_package=False):
         self.path = path
@@ -137,6 +145,8 @@ class ModuleFacts:
         self.attr_types = {}
         #: (class, attr) -> wrapper name, for ``self.attr = DDP(model)``: calling it is collective
         self.collective_attrs = {}
+        #: (class, attr) whose value some method agrees through a collective (after propagation)
+        self.attr_agreed = set()
         self.ignores = parse_ignores(self.lines)
         self.is_package = is_package
         self.has_p2p = False

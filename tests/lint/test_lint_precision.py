@@ -108,6 +108,22 @@ def save():
     if dist.get_rank() == 0:  # BRANCH
         opt.state_dict(all_ranks=True)  # HERE
 """),
+    "a_flag_loaded_from_this_rank_s_state_and_never_agreed": ("HK102", """
+import torch
+import torch.distributed as dist
+
+class Opt:
+    def load(self, states):
+        self.restore(states[dist.get_rank()])
+
+    def restore(self, sd):
+        self.overflow = sd.get("overflow", False)
+
+    def step(self, t):
+        if self.overflow:  # BRANCH
+            return
+        dist.all_reduce(t)  # HERE
+"""),
     "ddp_forward_on_rank_zero": ("HK101", """
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -123,6 +139,32 @@ class Trainer:
 }
 
 SILENT = {
+    "a_flag_agreed_through_an_all_reduce_in_another_method": """
+import torch
+import torch.distributed as dist
+
+class Opt:
+    def load(self, states):
+        self.restore(states[dist.get_rank()])
+
+    def restore(self, sd):
+        self.overflow = sd.get("overflow", False)
+
+    def has_overflow(self, grads):
+        found = torch.tensor([float(any(g is None for g in grads))])
+        dist.all_reduce(found, op=dist.ReduceOp.MAX)
+        overflow = found[0].item()
+        return bool(overflow)
+
+    def check(self, grads):
+        self.overflow = self.has_overflow(grads)
+
+    def step(self, t, grads):
+        self.check(grads)
+        if self.overflow:
+            return
+        dist.all_reduce(t)
+""",
     "a_helper_called_with_the_constant_that_skips_its_collectives": """
 import torch.distributed as dist
 
@@ -130,6 +172,8 @@ def load(args, evaluate=False):
     if args.local_rank not in [-1, 0] and not evaluate:
         dist.barrier()
     feats = [args]
+    if 0 < evaluate < 2 or args.local_rank is evaluate:
+        feats = []
     if args.local_rank == 0 and not evaluate:
         dist.barrier()
     return feats
