@@ -23,7 +23,8 @@ from typing import List, Optional, Sequence, Tuple
 
 from hpc_hangkit.parse.model import Frame, Sample, Thread, basename, frame, is_library_path
 
-__all__ = ["is_library_frame", "user_frame", "user_api", "position_key", "inside_api", "collective_of", "main_thread", "is_startup", "canon",
+__all__ = ["is_library_frame", "user_frame", "user_api", "position_key", "inside_api", "collective_of", "in_backward",
+           "main_thread", "is_startup", "canon",
            "key_of", "chain_id", "frames_json", "frames_from_json", "chain_rank", "better_frames",
            "format_frames"]
 
@@ -161,6 +162,26 @@ def collective_of(chain: Sequence[Frame]) -> Optional[str]:
         if "mpi4py" in p:
             return f.function.rsplit(".", 1)[-1]
     return native_hit
+
+
+#: autograd's entry into its C++ engine: DDP's reducer issues its gradient all_reduce from there
+_BACKWARD = (("autograd/graph.py", "_engine_run_backward"), ("autograd/__init__.py", "backward"),
+             ("autograd/__init__.py", "grad"))
+
+
+def in_backward(chain: Sequence[Frame]) -> bool:
+    """Whether the chain (innermost first) stands in autograd's backward engine with no user
+    frame inward of it: a rank of a DDP job waiting in the reducer's all_reduce shows this and
+    no collective frame (the collective is issued from C++); so does a long backward."""
+    for f in chain:
+        if f.native:
+            continue
+        p = f.file.replace("\\", "/")
+        if any(p.endswith(tail) and f.function.rsplit(".", 1)[-1] == fn for tail, fn in _BACKWARD):
+            return True
+        if not is_library_frame(f):
+            return False
+    return False
 
 
 def _is_thread_boot(f: Frame) -> bool:

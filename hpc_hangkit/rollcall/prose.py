@@ -259,6 +259,17 @@ def _split_majority(v):
                       ranks_label(v.suspects))) + _not_seen(v)
 
 
+def _split_backward(v):
+    rest = [g for g in v.others if g is not v.lead]
+    return None, ("%s %s in autograd's backward at %s with no collective frame visible: under "
+                  "DistributedDataParallel the gradient all_reduce is issued from C++ there, so they most "
+                  "likely wait in it; %s. %d of %d ranks agree, so the likely bug is the branch that sent %s "
+                  "elsewhere (with DDP: fewer batches on %s; see DDP's join()); check both lines." % (
+                      ranks_label(v.lead.ranks), _is(v.lead.ranks), where(v.lead), _ranks_at(rest),
+                      len(v.lead.ranks), v.n_stuck, ranks_label(v.suspects),
+                      ranks_label(v.suspects))) + _not_seen(v)
+
+
 def _split_no_majority(v):
     return None, ("the ranks wait in %d different collectives: %s. No group holds a majority, so "
                   "the report names no culprit: find the branch that sends these ranks to different "
@@ -295,5 +306,6 @@ _CASES = {
     "gone_all": _gone_all, "slow_moving": _slow_moving, "slow_waiting": _slow_waiting,
     "missed_absent": _missed_absent, "together": _together, "p2p_cycle": _p2p_cycle, "split_majority": _split_majority,
     "split_no_majority": _split_no_majority, "missed_one_collective": _missed_one_collective,
+    "split_backward": _split_backward,
     "missed_majority": _missed_majority, "split_places": _split_places, "same_line_args": _same_line_args,
 }

@@ -14,8 +14,8 @@ from typing import Dict, List, Optional, Tuple
 from hpc_hangkit.parse.model import Frame
 from hpc_hangkit.ranges import format_ranks, ranks_label
 from hpc_hangkit.rollcall.facts import RankFacts
-from hpc_hangkit.rollcall.frames import (chain_rank, frames_from_json, inside_api, key_of, position_key, user_api,
-                                         user_frame)
+from hpc_hangkit.rollcall.frames import (chain_rank, frames_from_json, in_backward, inside_api, key_of, position_key,
+                                         user_api, user_frame)
 from hpc_hangkit.rollcall.nodes import no_cyclic_gc, unpack
 from hpc_hangkit.rollcall.prose import VANISHED_START, explain
 
@@ -559,6 +559,10 @@ def _positions(stuck, unknown, facts, missing, unwatched, absent, n_stuck, world
         if not majority:
             return Verdict("SPLIT", "split_no_majority", others=stuck, **kw)
         lead, case, kind = big, "split_majority", "SPLIT"
+    elif len(known) == 1 and majority and big is not known[0] and in_backward(big.chain):
+        # the majority stands in autograd's backward with no collective frame: under DDP the
+        # gradient all_reduce is issued from C++ there, so they most likely wait in it
+        lead, case, kind = big, "split_backward", "SPLIT"
     elif len(known) == 1:
         lead, case, kind = known[0], "missed_one_collective", "MISSED"
     elif majority:
@@ -569,7 +573,7 @@ def _positions(stuck, unknown, facts, missing, unwatched, absent, n_stuck, world
     for g in others:
         g.role = "divergent"
     return Verdict(kind, case, suspects=_ranks(others), lead=lead,
-                   others=stuck if case == "split_majority" else others, **kw)
+                   others=stuck if case in ("split_majority", "split_backward") else others, **kw)
 
 
 def _together_labels(g: Group, facts: Dict[int, RankFacts]) -> Tuple[List[Tuple[str, List[int]]], List[int]]:

@@ -178,6 +178,11 @@ def test_uneven_inputs_under_ddp(spawn, tmp_path, port):
     # the loop's trip count is the branch: rank 3's shard was one batch shorter
     check_branch(short, s, m["BRANCH"], "loop_trip_count", txt)
     assert short["branch"]["kind"] == "loop"
+    # while watching (Python stacks only: the reducer's all_reduce has no frame) the monitor
+    # named rank 3 too, never the ranks waiting in backward
+    lines = [ln for ln in (tmp_path / "run.stderr").read_text().splitlines() if "SUSPECTED stacks" in ln
+             or "CONFIRMED stacks" in ln]
+    assert lines and all("suspects [3]" in ln for ln in lines), lines
 
 
 @pytest.mark.torch
