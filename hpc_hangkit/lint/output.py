@@ -13,8 +13,18 @@ _SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/sche
 
 
 def render_text(result):
-    """One ``path:line:col: CODE message [related line N]`` line per finding, then a count line."""
-    out = ["%s:%d:%d: %s %s" % (f.path, f.line, f.col, f.code, f.message) for f in result.findings]
+    """One ``path:line:col: CODE message`` line per finding (the collective, or the call of the
+    helper that reaches it); for one reached through helpers a second line at the collective's
+    own ``path:line:col`` saying where it is reached from (so that an editor lands on both);
+    then a count line (findings, not lines)."""
+    out = []
+    for f in result.findings:
+        out.append("%s:%d:%d: %s %s" % (f.path, f.line, f.col, f.code, f.message))
+        if f.chain:
+            c = f.collective_at()
+            out.append("%s:%d:%d: %s %s: the collective of the finding at %s:%d:%d (line %d: `%s`), through %s" % (
+                c["path"], c["line"], c["col"], f.code, c["what"], f.path, f.line, f.col, f.related_line,
+                f.related_text, " -> ".join([f.message.split(" ", 1)[0]] + [w for _, _, _, w, _ in f.chain])))
     for path, msg in result.errors:
         out.append("%s: cannot check: %s" % (path, msg))
     out.append("%d finding%s in %d file%s (%d lines)" % (
@@ -31,6 +41,11 @@ def render_json(result):
                        "files": result.files, "lines": result.lines}, indent=2) + "\n"
 
 
+def _escape(text):
+    """SARIF message text with embedded links: a literal ``\\``, ``[`` or ``]`` is escaped."""
+    return text.replace("\\", "\\\\").replace("[", "\\[").replace("]", "\\]")
+
+
 def _uri(path):
     p = path.replace(os.sep, "/")
     return p[2:] if p.startswith("./") else p
@@ -38,8 +53,10 @@ def _uri(path):
 
 def render_sarif(result):
     """A SARIF 2.1.0 log with one run: the rules of :data:`RULES`, one result per finding
-    (the collective, or the call of the helper that reaches it, as the location; the deciding
-    branch, then each call on the way and the collective, as related locations), and one
+    (the collective, or the call of the helper that reaches it, as the location, and then the
+    collective's own line as a second location; the deciding branch, then each call on the
+    way and the collective, as related locations, the message linking the branch and the
+    collective), and one
     tool notification per file that could not be parsed."""
     codes = sorted(RULES)
     rules = [{"id": c, "name": RULES[c][0], "shortDescription": {"text": RULES[c][1]},
@@ -49,6 +66,19 @@ def render_sarif(result):
     for f in result.findings:
         loc = {"physicalLocation": {"artifactLocation": {"uri": _uri(f.path)},
                                     "region": {"startLine": f.line, "startColumn": f.col}}}
+        locs = [loc]
+        msg = f.message
+        if f.chain:
+            # the collective's own line is a second location of the result (a viewer lists it
+            # with the call), and the message links to it and to the branch (embedded links
+            # name relatedLocation ids; literal brackets are escaped)
+            c = f.collective_at()
+            locs.append({"physicalLocation": {"artifactLocation": {"uri": _uri(c["path"])},
+                                              "region": {"startLine": c["line"], "startColumn": c["col"]}},
+                         "message": {"text": "the collective: %s" % c["what"]}})
+            msg = "%s. Branch: [line %d](1); the collective: [%s at %s:%d](%d)" % (
+                _escape(f.message), f.related_line, _escape(c["what"]), os.path.basename(c["path"]), c["line"],
+                len(f.chain) + 1)
         rels = []
         for i, r in enumerate(f.related(), 1):
             text = {"branch": "the branch that decides which ranks reach it",
@@ -58,7 +88,7 @@ def render_sarif(result):
                          "physicalLocation": {"artifactLocation": {"uri": _uri(r["path"])},
                                               "region": {"startLine": r["line"]}}})
         results.append({"ruleId": f.code, "ruleIndex": codes.index(f.code), "level": f.severity,
-                        "message": {"text": f.message}, "locations": [loc], "relatedLocations": rels})
+                        "message": {"text": msg}, "locations": locs, "relatedLocations": rels})
     notes = [{"level": "warning", "message": {"text": "cannot check %s: %s" % (p, m)}} for p, m in result.errors]
     run = {"tool": {"driver": {"name": "hpc-hangkit lint", "version": __version__, "rules": rules}},
            "results": results,

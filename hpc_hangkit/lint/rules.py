@@ -59,7 +59,7 @@ class Finding(NamedTuple):
     collective (or of the call of the helper that reaches it), ``message``,
     ``related_line``/``related_text`` (the branch that decides), ``function`` (qualified
     name), ``severity``; ``chain``: for a collective reached through helpers, each call on
-    the way and the collective last, as ``(path, line, text, what)``."""
+    the way and the collective last, as ``(path, line, text, what, col)``."""
 
     code: str
     path: str
@@ -85,21 +85,31 @@ class Finding(NamedTuple):
             return self.chain[-1][0], self.chain[-1][1]
         return self.path, self.line
 
+    def collective_at(self):
+        """Where the collective itself is, as a dict ``{path, line, col, text, what}``: the
+        end of the chain for a collective reached through helpers (``text``: that line's
+        source, ``what``: its name), else the finding's own place (``text`` and ``what`` None)."""
+        if self.chain:
+            path, line, text, what, col = self.chain[-1]
+            return {"path": path, "line": line, "col": col, "text": text, "what": what}
+        return {"path": self.path, "line": self.line, "col": self.col, "text": None, "what": None}
+
     def related(self):
         """The lines that explain the finding, as dicts ``{path, line, text, role}``: the branch
         (``role`` "branch"), then each call on the way (``"call"``) and the collective
         (``"collective"``) when it is reached through helpers."""
         out = [{"path": self.path, "line": self.related_line, "text": self.related_text, "role": "branch"}]
-        for i, (path, line, text, what) in enumerate(self.chain):
+        for i, (path, line, text, what, _col) in enumerate(self.chain):
             out.append({"path": path, "line": line, "text": text,
                         "role": "collective" if i == len(self.chain) - 1 else "call", "what": what})
         return out
 
     def to_dict(self):
-        """JSON form: ``related`` is the list of :meth:`related` (the branch first)."""
+        """JSON form: ``related`` is the list of :meth:`related` (the branch first);
+        ``collective``: :meth:`collective_at` (where to land for the collective itself)."""
         return {"code": self.code, "rule": RULES[self.code][0], "severity": self.severity, "path": self.path,
                 "line": self.line, "col": self.col, "message": self.message, "function": self.function,
-                "related": self.related()}
+                "related": self.related(), "collective": self.collective_at()}
 
     def sort_key(self):
         return (self.path, self.line, self.col, self.code, self.message)
@@ -187,7 +197,13 @@ class _Walker:
             return ()
         out = []
         for path, line, what in self.project.chain(callee):
-            out.append((path, line, _line_text(self.project, path, line, self.mod), what))
+            raw = _line_text(self.project, path, line, self.mod, raw=True)
+            name = what.split("(", 1)[0].rsplit(" ", 1)[-1]
+            at = raw.find(name + "(") if name else -1
+            while at > 0 and (raw[at - 1].isalnum() or raw[at - 1] in "_."):
+                at -= 1  # the call's start, its receiver included (`dist.all_reduce(`), as a finding's col
+            col = (at if at >= 0 else len(raw) - len(raw.lstrip())) + 1
+            out.append((path, line, raw.strip(), what, col))
         return tuple(out)
 
     def sigs(self, stmts):
@@ -210,7 +226,7 @@ class _Walker:
         msg = "%s %s (line %d: `%s`)" % (what, detail, line, self.mod.line_text(line))
         if chain:
             msg += "; the collective: " + " -> ".join(
-                "%s at %s:%d" % (w, os.path.basename(p), ln) for p, ln, _, w in chain)
+                "%s at %s:%d" % (w, os.path.basename(p), ln) for p, ln, _, w, _ in chain)
         self.out.append(Finding(code, self.mod.path, node.lineno, node.col_offset + 1, msg,
                                 line, self.mod.line_text(line), self.ff.qualname, chain,
                                 inferred=code.startswith("HK1") and not direct))
@@ -522,25 +538,27 @@ _SIZE_MUST_MATCH = {"Reduce", "Allreduce", "Allgather", "Reduce_scatter_block", 
                     "reduce", "all_gather_into_tensor", "reduce_scatter_tensor"}
 
 
-def _line_text(project, path, line, here):
+def _line_text(project, path, line, here, raw=False):
     """The stripped text of ``line`` of file ``path`` (the module being checked, or read once
-    and kept as a few lines: a chain names lines of other files)."""
+    and kept as a few lines: a chain names lines of other files); ``raw``: not stripped
+    (its indentation kept, the line end dropped)."""
     if path == here.path:
-        return here.line_text(line)
+        text = here.lines[line - 1].rstrip("\r\n") if 0 < line <= len(here.lines) else ""
+        return text if raw else text.strip()
     cache = project.__dict__.setdefault("_line_cache", {})
     key = (path, line)
     if key not in cache:
         text = ""
         try:
             with open(path, "rb") as f:
-                for i, raw in enumerate(f, 1):
+                for i, got in enumerate(f, 1):
                     if i == line:
-                        text = raw.decode("utf-8", errors="replace").strip()
+                        text = got.decode("utf-8", errors="replace").rstrip("\r\n")
                         break
         except OSError:
             pass
         cache[key] = text
-    return cache[key]
+    return cache[key] if raw else cache[key].strip()
 
 
 def _matched(a, b):

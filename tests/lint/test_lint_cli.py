@@ -138,10 +138,15 @@ def test_handed_scenarios_flag_the_branch_lines():
 
 def test_examples_flag_the_skipped_sync():
     r = lint(os.path.join(REPO, "examples"))
-    lines = r.stdout.splitlines()[:-1]
-    assert r.returncode == 1
-    assert sorted(os.path.basename(line.split(":")[0]) + " " + line.split()[1] for line in lines) == [
-        "gloo_divergent.py HK101", "mpi_divergent.py HK101"]
+    lines = r.stdout.splitlines()
+    assert r.returncode == 1 and lines[-1].startswith("2 findings in ")
+    # each is reached through a helper: its line, then the collective's own line
+    assert [os.path.basename(line.split(":")[0]) + ":" + line.split(":")[1] + " " + line.split()[1]
+            for line in lines[:-1]] == [
+        "gloo_divergent.py:%d HK101" % line_of(os.path.join(REPO, "examples", "gloo_divergent.py"), "            sync_grads(grads)"),
+        "gloo_divergent.py:%d HK101" % line_of(os.path.join(REPO, "examples", "gloo_divergent.py"), "dist.all_reduce(grads)"),
+        "mpi_divergent.py:%d HK101" % line_of(os.path.join(REPO, "examples", "mpi_divergent.py"), "            global_norm(comm, local)"),
+        "mpi_divergent.py:%d HK101" % line_of(os.path.join(REPO, "examples", "mpi_divergent.py"), "= comm.allreduce(")]
 
 
 CHAIN = {
@@ -185,17 +190,29 @@ def test_a_finding_through_helpers_names_the_chain_in_text_json_and_sarif(tmp_pa
     text = lint(str(tmp_path)).stdout
     assert "%s:7:9: HK101 finish() (reaches all_reduce)" % train in text
     assert "all_reduce at comm.py:5" in text and "sync() at steps.py:5" in text
+    # reported at the collective's own line too: a second line an editor can jump to
+    assert "%s:5:5: HK101 all_reduce: the collective of the finding at %s:7:9 (line 6: " \
+           "`if dist.get_rank() == 0:`), through finish() -> sync() -> all_reduce" % (comm, train) in text.splitlines()
+    assert text.splitlines()[-1] == "1 finding in 4 files (17 lines)"
     doc = json.loads(lint("--format", "json", str(tmp_path)).stdout)
     (f,) = doc["findings"]
     assert [(r["role"], r["path"], r["line"]) for r in f["related"]] == [
         ("branch", train, 6), ("call", steps, 5), ("collective", comm, 5)]
+    assert f["collective"] == {"path": comm, "line": 5, "col": 5, "text": "dist.all_reduce(t)", "what": "all_reduce"}
     sarif = json.loads(lint("--format", "sarif", str(tmp_path)).stdout)
     with open(SARIF_SCHEMA) as fh:
         jsonschema.Draft4Validator(json.load(fh)).validate(sarif)
-    rels = sarif["runs"][0]["results"][0]["relatedLocations"]
+    (res,) = sarif["runs"][0]["results"]
+    rels = res["relatedLocations"]
     assert [(r["physicalLocation"]["artifactLocation"]["uri"].rsplit("/", 1)[-1],
              r["physicalLocation"]["region"]["startLine"]) for r in rels] == [
         ("train.py", 6), ("steps.py", 5), ("comm.py", 5)]
+    # the call and the collective are both locations of the result; the message links the
+    # branch and the collective (relatedLocation ids 1 and 3)
+    assert [(r["physicalLocation"]["artifactLocation"]["uri"].rsplit("/", 1)[-1],
+             r["physicalLocation"]["region"]["startLine"], r["physicalLocation"]["region"]["startColumn"])
+            for r in res["locations"]] == [("train.py", 7, 9), ("comm.py", 5, 5)]
+    assert res["message"]["text"].endswith("Branch: [line 6](1); the collective: [all_reduce at comm.py:5](3)")
 
 
 def test_two_scripts_of_one_name_are_both_checked_in_either_order(tmp_path):
