@@ -262,8 +262,11 @@ class Project:
                     ref = call_ref(mod, ff.cls, ff.qualname, n)
                     if ref is not None:
                         ff.ret_calls.append(ref)
-        if ff.qualname != "<module>" and (ff.calls or ff.directs):
-            ff.cond_ranges = _cond_ranges(node.body, set(ff.params) - {"self", "cls"})
+        if ff.qualname != "<module>" and (ff.calls or ff.directs) and ff.params:
+            # a parameter the function assigns (`if planner is None: planner = Default()`) no
+            # longer holds what the call passed
+            fixed = set(ff.params) - {"self", "cls"} - _assigned(local if local is not None else walk_local(node))
+            ff.cond_ranges = _cond_ranges(node.body, fixed)
         if ff.qualname != "<module>" and not has_return:
             ff.noreturn = any(_endless(n) for n in node.body)
         if ff.qualname != "<module>":
@@ -862,6 +865,23 @@ def _truth(e, b):
 def _end(stmts):
     last = stmts[-1]
     return (getattr(last, "end_lineno", last.lineno), getattr(last, "end_col_offset", 0) or 0)
+
+
+def _assigned(nodes):
+    """The names assigned anywhere among ``nodes`` (targets of assignments, loops, ``:=``, ``with ... as``)."""
+    out = set()
+    for n in nodes:
+        if isinstance(n, ast.Assign):
+            targets = n.targets
+        elif isinstance(n, (ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor, ast.comprehension, ast.NamedExpr)):
+            targets = [n.target]
+        elif isinstance(n, ast.withitem) and n.optional_vars is not None:
+            targets = [n.optional_vars]
+        else:
+            continue
+        for t in targets:
+            out.update(x.id for x in ast.walk(t) if isinstance(x, ast.Name))
+    return out
 
 
 def _cond_ranges(body, params):

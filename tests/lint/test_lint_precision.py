@@ -94,6 +94,20 @@ def main(args):
     if args.local_rank in [-1, 0]:  # BRANCH
         return load(args, evaluate=False)  # HERE
 """),
+    "a_parameter_the_helper_reassigns_is_not_bound_to_its_default": ("HK101", """
+import torch.distributed as dist
+
+def save(state, planner=None):
+    if planner is None:
+        planner = make_planner()
+    if planner is None:
+        return None
+    dist.barrier()
+
+def main(state):
+    if dist.get_rank() == 0:  # BRANCH
+        save(state)  # HERE
+"""),
     "a_method_whose_default_is_overridden_by_the_call": ("HK101", """
 import torch.distributed as dist
 
