@@ -13,7 +13,7 @@ import ast
 import os
 
 from hpc_hangkit.lint import collectives as C
-from hpc_hangkit.lint.model import FUNC_RANKISH, FuncFacts, dotted, functions_of, qualify, walk_local
+from hpc_hangkit.lint.model import FUNC_RANKISH, FuncFacts, dotted, names_of, nodes_of, functions_of, qualify, walk_local
 from hpc_hangkit.lint.taint import Taint, call_kind
 from hpc_hangkit.lint.taint import _AGREEING_ARG0, _AGREEING_ARG1
 from hpc_hangkit.lint.taint import _is_flag as _flag
@@ -237,7 +237,7 @@ class Project:
                         if lv > mod.attr_levels.get((ff.cls, key), 0):
                             mod.attr_levels[(ff.cls, key)] = lv
                     used = set()
-                    for x in ast.walk(n.value):
+                    for x in nodes_of(n.value):
                         if isinstance(x, ast.Name) and x.id in params:
                             used.add(x.id)
                         elif isinstance(x, ast.Call):
@@ -257,7 +257,7 @@ class Project:
         for r in rets:
             if taint is not None:
                 ff.ret_level = max(ff.ret_level, taint.level(r))
-            for n in ast.walk(r):
+            for n in nodes_of(r):
                 if isinstance(n, ast.Call):
                     ref = call_ref(mod, ff.cls, ff.qualname, n)
                     if ref is not None:
@@ -791,7 +791,7 @@ def _binding(ff, info, bound):
     that the function's :attr:`~hpc_hangkit.lint.model.FuncFacts.cond_ranges` test."""
     tested = set()
     for _, _, test, _ in ff.cond_ranges:
-        tested.update(x.id for x in ast.walk(test) if isinstance(x, ast.Name))
+        tested.update(names_of(test))
     out = {}
     if info is None:
         npos, names, consts, unpacked = 0, (), (), False
@@ -880,7 +880,7 @@ def _assigned(nodes):
         else:
             continue
         for t in targets:
-            out.update(x.id for x in ast.walk(t) if isinstance(x, ast.Name))
+            out.update(names_of(t))
     return out
 
 
@@ -892,7 +892,7 @@ def _cond_ranges(body, params):
         return ()
 
     def names_param(test):
-        return any(isinstance(x, ast.Name) and x.id in params for x in ast.walk(test))
+        return not params.isdisjoint(names_of(test))
 
     def block(stmts):
         for i, st in enumerate(stmts):
@@ -928,23 +928,21 @@ def _deps(nodes):
     deps = {}
     for n in nodes:
         if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and getattr(n, "value", None) is not None:
-            used = {x.id for x in ast.walk(n.value) if isinstance(x, ast.Name)}
+            used = names_of(n.value)
             for t in (n.targets if isinstance(n, ast.Assign) else [n.target]):
-                for x in ast.walk(t):
-                    if isinstance(x, ast.Name):
-                        deps.setdefault(x.id, set()).update(used)
+                for x in names_of(t):
+                    deps.setdefault(x, set()).update(used)
         elif isinstance(n, (ast.For, ast.AsyncFor, ast.comprehension)):
-            used = {x.id for x in ast.walk(n.iter) if isinstance(x, ast.Name)}
-            for x in ast.walk(n.target):
-                if isinstance(x, ast.Name):
-                    deps.setdefault(x.id, set()).update(used)
+            used = names_of(n.iter)
+            for x in names_of(n.target):
+                deps.setdefault(x, set()).update(used)
     return deps
 
 
 def _closure(e, deps):
     """The names expression ``e`` is computed from, through the locals of ``deps``."""
     seen = set()
-    todo = [x.id for x in ast.walk(e) if isinstance(x, ast.Name)]
+    todo = list(names_of(e))
     while todo:
         name = todo.pop()
         if name in seen:
@@ -957,27 +955,10 @@ def _closure(e, deps):
 def _flows_from(rets, nodes, params):
     """The parameters (names in ``params``) that the return expressions ``rets`` are computed
     from, through assignments to locals (flow-insensitive)."""
-    deps = {}
-    for n in nodes:
-        if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and getattr(n, "value", None) is not None:
-            used = {x.id for x in ast.walk(n.value) if isinstance(x, ast.Name)}
-            for t in (n.targets if isinstance(n, ast.Assign) else [n.target]):
-                for x in ast.walk(t):
-                    if isinstance(x, ast.Name):
-                        deps.setdefault(x.id, set()).update(used)
-        elif isinstance(n, (ast.For, ast.AsyncFor, ast.comprehension)):
-            used = {x.id for x in ast.walk(n.iter) if isinstance(x, ast.Name)}
-            for x in ast.walk(n.target):
-                if isinstance(x, ast.Name):
-                    deps.setdefault(x.id, set()).update(used)
+    deps = _deps(nodes)
     seen = set()
-    todo = [x.id for r in rets for x in ast.walk(r) if isinstance(x, ast.Name)]
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        todo.extend(deps.get(name, ()))
+    for r in rets:
+        seen |= _closure(r, deps)
     return frozenset(seen & set(params))
 
 

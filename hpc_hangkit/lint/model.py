@@ -9,6 +9,7 @@ import os
 import re
 
 __all__ = ["ModuleFacts", "FuncFacts", "module_name", "load_module", "dotted", "qualify", "walk_local", "scopes",
+           "nodes_of", "names_of",
            "parse_ignores", "functions_of", "enclosing_chain"]
 
 #: a module whose text matches none of these holds no rank-dependent or rank-local value
@@ -209,6 +210,51 @@ def qualify(mod, parts):
     if parts and parts[0] in mod.imports:
         return ".".join([mod.imports[parts[0]]] + parts[1:])
     return None
+
+
+_AST = ast.AST
+_NAME = ast.Name
+
+
+def nodes_of(node):
+    """Every node under ``node``, itself included, as a list (what ``ast.walk`` yields, in
+    another order, at well under half its cost: no generators)."""
+    out = []
+    stack = [node]
+    pop, push, add = stack.pop, stack.append, out.append
+    while stack:
+        n = pop()
+        add(n)
+        for f in n._fields:
+            v = getattr(n, f, None)
+            if v.__class__ is list:
+                for c in v:
+                    if isinstance(c, _AST):
+                        push(c)
+            elif isinstance(v, _AST):
+                push(v)
+    return out
+
+
+def names_of(node):
+    """The identifiers of every ``ast.Name`` under ``node`` (itself included), as a set."""
+    out = set()
+    stack = [node]
+    pop, push = stack.pop, stack.append
+    while stack:
+        n = pop()
+        if n.__class__ is _NAME:
+            out.add(n.id)
+            continue
+        for f in n._fields:
+            v = getattr(n, f, None)
+            if v.__class__ is list:
+                for c in v:
+                    if isinstance(c, _AST):
+                        push(c)
+            elif isinstance(v, _AST):
+                push(v)
+    return out
 
 
 def walk_local(node):
