@@ -34,6 +34,13 @@ def basename(path: str) -> str:
     return path[i + 1:] if i >= 0 else path
 
 
+def is_own_frame(path: str) -> bool:
+    """True when a frame's file is hpc-hangkit's own code: the package, or a boot module
+    (``_hangkit_*.py``, loaded from the boot directory wherever a site put it) such as the
+    auto check-in's wrapper that sits between the user's call and torch's collective."""
+    return "/hpc_hangkit/" in path or basename(path).startswith("_hangkit_")
+
+
 #: top-level packages of library code, for py-spy's relative paths
 _LIB_TOPS = frozenset(("torch", "mpi4py", "numpy", "scipy", "hpc_hangkit", "gloo", "nccl",
                        "requests", "urllib3", "concurrent", "importlib", "multiprocessing",
@@ -53,7 +60,7 @@ def is_library_path(p: str) -> bool:
     a well-known library package. ``<string>``/``<stdin>`` are the user's."""
     if p.startswith("<"):
         return p.startswith("<frozen") or p.startswith("<built-in")
-    if "site-packages" in p or "dist-packages" in p or "/hpc_hangkit/" in p:
+    if "site-packages" in p or "dist-packages" in p or is_own_frame(p):
         return True
     if re.search(r"/lib/python\d", p) or re.search(r"/lib/pypy", p):
         return True

@@ -6,6 +6,7 @@ docs/report.md; the JSON schema: docs/report-schema.md.
 import json
 from typing import Dict, List, Optional, Tuple
 
+from hpc_hangkit.parse.model import is_own_frame
 from hpc_hangkit.ranges import format_ranks, ranks_label
 from hpc_hangkit.rollcall.prose import short_where, split_at
 from hpc_hangkit.rollcall import Report
@@ -232,7 +233,8 @@ def build_tree(report: Report):
     """The merged call-prefix tree: root -> outermost frames -> ... -> innermost.
 
     Each node holds the ranks whose main-thread chain passes through it. Frames
-    compare as (base name, line, function) like the grouping does.
+    compare as (base name, line, function) like the grouping does; hpc-hangkit's own
+    frames (the auto check-in's wrapper) are left out, as the groups leave them out.
     Returns the root node (``frame`` None).
     """
     root = _Node(None)
@@ -240,6 +242,8 @@ def build_tree(report: Report):
         node = root
         node.ranks.append(r)
         for f in reversed(chain):
+            if is_own_frame(f.file):
+                continue
             k = (f.file.rsplit("/", 1)[-1], f.line, f.function.rsplit(".", 1)[-1])
             child = node.children.get(k)
             if child is None:
