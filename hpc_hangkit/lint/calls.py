@@ -13,7 +13,7 @@ import ast
 import os
 
 from hpc_hangkit.lint import collectives as C
-from hpc_hangkit.lint.model import FUNC_RANKISH, FuncFacts, dotted, names_of, nodes_of, functions_of, qualify, walk_local
+from hpc_hangkit.lint.model import FUNC_RANKISH, FuncFacts, defaults_of, dotted, names_of, nodes_of, functions_of, qualify, walk_local
 from hpc_hangkit.lint.taint import Taint, call_kind
 from hpc_hangkit.lint.taint import _AGREEING_ARG0, _AGREEING_ARG1
 from hpc_hangkit.lint.taint import _is_flag as _flag
@@ -267,6 +267,9 @@ class Project:
             # longer holds what the call passed
             fixed = set(ff.params) - {"self", "cls"} - _assigned(local if local is not None else walk_local(node))
             ff.cond_ranges = _cond_ranges(node.body, fixed)
+            if ff.cond_ranges:
+                ff.defaults = defaults_of(node)
+                ff.tested = frozenset().union(*[names_of(t) for _, _, t, _ in ff.cond_ranges])
         if ff.qualname != "<module>" and not has_return:
             ff.noreturn = any(_endless(n) for n in node.body)
         if ff.qualname != "<module>":
@@ -783,15 +786,18 @@ def call_info(mod, call):
         names.append(k.arg)
         if isinstance(k.value, ast.Constant):
             consts.append((k.arg, k.value.value))
-    return (len(call.args), tuple(names), tuple(consts), explicit, unpacked)
+    info = (len(call.args), tuple(names), tuple(consts), explicit, unpacked)
+    return _INFOS.setdefault(info, info)  # one object per distinct shape: most calls share a few
+
+
+#: interned :func:`call_info` tuples (the facts of a large tree hold hundreds of thousands of calls)
+_INFOS = {}
 
 
 def _binding(ff, info, bound):
     """Parameter -> constant value for a call of ``ff`` (:func:`call_info`), only parameters
     that the function's :attr:`~hpc_hangkit.lint.model.FuncFacts.cond_ranges` test."""
-    tested = set()
-    for _, _, test, _ in ff.cond_ranges:
-        tested.update(names_of(test))
+    tested = ff.tested
     out = {}
     if info is None:
         npos, names, consts, unpacked = 0, (), (), False
@@ -887,32 +893,30 @@ def _assigned(nodes):
 def _cond_ranges(body, params):
     """:attr:`~hpc_hangkit.lint.model.FuncFacts.cond_ranges` of a function body: ``if`` tests
     that name a parameter (nested functions not entered)."""
-    out = []
     if not params:
         return ()
-
-    def names_param(test):
-        return not params.isdisjoint(names_of(test))
-
-    def block(stmts):
-        for i, st in enumerate(stmts):
-            if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                continue
-            if isinstance(st, ast.If) and names_param(st.test):
-                out.append(((st.body[0].lineno, st.body[0].col_offset), _end(st.body), st.test, True))
-                if st.orelse:
-                    out.append(((st.orelse[0].lineno, st.orelse[0].col_offset), _end(st.orelse), st.test, False))
-                elif isinstance(st.body[-1], (ast.Return, ast.Raise)) and i + 1 < len(stmts):
-                    rest = stmts[i + 1:]
-                    out.append(((rest[0].lineno, rest[0].col_offset), _end(rest), st.test, False))
-            for field in ("body", "orelse", "finalbody"):
-                sub = getattr(st, field, None)
-                if isinstance(sub, list) and sub and isinstance(sub[0], ast.stmt):
-                    block(sub)
-            for h in getattr(st, "handlers", None) or ():
-                block(h.body)
-    block(body)
+    out = []
+    _cond_block(body, params, out)
     return tuple(out)
+
+
+def _cond_block(stmts, params, out):
+    for i, st in enumerate(stmts):
+        if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        if isinstance(st, ast.If) and not params.isdisjoint(names_of(st.test)):
+            out.append(((st.body[0].lineno, st.body[0].col_offset), _end(st.body), st.test, True))
+            if st.orelse:
+                out.append(((st.orelse[0].lineno, st.orelse[0].col_offset), _end(st.orelse), st.test, False))
+            elif isinstance(st.body[-1], (ast.Return, ast.Raise)) and i + 1 < len(stmts):
+                rest = stmts[i + 1:]
+                out.append(((rest[0].lineno, rest[0].col_offset), _end(rest), st.test, False))
+        for field in ("body", "orelse", "finalbody"):
+            sub = getattr(st, field, None)
+            if isinstance(sub, list) and sub and isinstance(sub[0], ast.stmt):
+                _cond_block(sub, params, out)
+        for h in getattr(st, "handlers", None) or ():
+            _cond_block(h.body, params, out)
 
 
 def _self_attr(t):

@@ -9,7 +9,7 @@ import os
 import re
 
 __all__ = ["ModuleFacts", "FuncFacts", "module_name", "load_module", "dotted", "qualify", "walk_local", "scopes",
-           "nodes_of", "names_of",
+           "nodes_of", "names_of", "defaults_of",
            "parse_ignores", "functions_of", "enclosing_chain"]
 
 #: a module whose text matches none of these holds no rank-dependent or rank-local value
@@ -42,7 +42,7 @@ class FuncFacts:
     __slots__ = ("module", "path", "qualname", "cls", "line", "calls", "direct", "direct_line", "marked",
                  "ret_level", "ret_calls", "noreturn", "witness", "via", "node", "params", "param_levels",
                  "arg_calls", "attr_params", "raises", "var_types", "ret_elems", "ret_params", "defaults",
-                 "directs", "cond_ranges", "general", "ret_agreed", "agreed_attrs")
+                 "directs", "cond_ranges", "tested", "general", "ret_agreed", "agreed_attrs")
 
     def __init__(self, module, qualname, cls, line, node, path=None):
         self.module = module
@@ -77,8 +77,9 @@ class FuncFacts:
         self.ret_elems = None
         #: parameter names the return values are computed from (directly or through locals)
         self.ret_params = frozenset()
-        #: parameter -> its default when that is a constant (``evaluate=False``)
-        self.defaults = _defaults(node)
+        #: parameter -> its default when that is a constant (``evaluate=False``); only for a
+        #: function with :attr:`cond_ranges`
+        self.defaults = {}
         #: every collective called directly: ``[(line, col, name)]``
         self.directs = []
         #: the parts of the body that run only when a test of the parameters holds (or does not):
@@ -86,6 +87,8 @@ class FuncFacts:
         #: runs when the test is true (an ``if`` body), False: when it is false (the ``else``,
         #: the rest of a block after ``if test: return``)
         self.cond_ranges = ()
+        #: the names the tests of :attr:`cond_ranges` read
+        self.tested = frozenset()
         #: for a copy specialised to constant arguments: the function it was copied from, else None
         self.general = None
         #: its return value is agreed through a collective (``return bool(flag)`` after
@@ -104,7 +107,8 @@ def _params(node):
     return tuple(x.arg for x in list(getattr(a, "posonlyargs", [])) + list(a.args) + list(a.kwonlyargs))
 
 
-def _defaults(node):
+def defaults_of(node):
+    """Parameter -> default, for the parameters whose default is a constant."""
     a = getattr(node, "args", None)
     if a is None or not hasattr(a, "args"):
         return {}
@@ -350,20 +354,23 @@ def functions_of(tree):
     functions by their own name under the enclosing one: ``outer.inner``), plus
     ``("<module>", None, tree)`` for the top-level statements."""
     out = [("<module>", None, tree)]
-
-    def visit(body, prefix, cls):
-        for n in body:
-            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                q = prefix + n.name
-                out.append((q, cls, n))
-                visit(n.body, q + ".", cls)
-            elif isinstance(n, ast.ClassDef):
-                visit(n.body, prefix + n.name + ".", n.name if not prefix else None)
-            elif isinstance(n, (ast.If, ast.Try, ast.With)):
-                visit(getattr(n, "body", []) + getattr(n, "orelse", []) + getattr(n, "finalbody", []),
-                      prefix, cls)
-    visit(tree.body, "", None)
+    _visit(tree.body, "", None, out)
     return out
+
+
+def _visit(body, prefix, cls, out):
+    # a module-level function, not a recursive closure: a closure that calls itself is a
+    # reference cycle, and it would keep the whole tree alive until the cyclic collector runs
+    for n in body:
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            q = prefix + n.name
+            out.append((q, cls, n))
+            _visit(n.body, q + ".", cls, out)
+        elif isinstance(n, ast.ClassDef):
+            _visit(n.body, prefix + n.name + ".", n.name if not prefix else None, out)
+        elif isinstance(n, (ast.If, ast.Try, ast.With)):
+            _visit(getattr(n, "body", []) + getattr(n, "orelse", []) + getattr(n, "finalbody", []),
+                   prefix, cls, out)
 
 
 def load_module(path, text=None, name=None):
