@@ -16,10 +16,13 @@ def _codes(value):
 @click.option("--select", default=None, metavar="CODES", help="Only these codes or prefixes, comma-separated (HK1,HK201).")
 @click.option("--ignore", default=None, metavar="CODES", help="Leave out these codes or prefixes, comma-separated.")
 @click.option("--exclude", multiple=True, metavar="GLOB", help="Skip files or directories matching GLOB (repeatable).")
+@click.option("--jobs", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Worker processes for parsing and checking files (default: the usable cores when there "
+              "are 200 files or more, else 1). The findings do not depend on it.")
 @click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False), default=None,
               help="pyproject.toml to read [tool.hpc-hangkit.lint] from (default: the nearest one above the "
               "current directory).")
-def lint_cmd(paths, fmt, select, ignore, exclude, config_path):
+def lint_cmd(paths, fmt, select, ignore, exclude, jobs, config_path):
     """Find collectives that only some ranks reach, in Python sources (default PATH: .).
 
     \b
@@ -54,7 +57,8 @@ def lint_cmd(paths, fmt, select, ignore, exclude, config_path):
             raise click.UsageError("unknown rule code %r (known: %s)" % (code, ", ".join(sorted(RULES))))
     result = lint_paths(list(paths) or ["."], select=sel, ignore=ign,
                         exclude=list(cfg.get("exclude", [])) + list(exclude),
-                        collectives=cfg.get("collectives", []), rank_sources=cfg.get("rank_sources", []))
+                        collectives=cfg.get("collectives", []), rank_sources=cfg.get("rank_sources", []),
+                        jobs=jobs)
     render = {"text": render_text, "json": render_json, "sarif": render_sarif}[fmt]
     sys.stdout.write(render(result))
     if fmt != "text":

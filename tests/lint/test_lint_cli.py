@@ -58,6 +58,14 @@ def test_exit_1_with_sarif_that_validates(tmp_path):
     assert "bad.py: cannot check: SyntaxError" in r.stderr
 
 
+def test_jobs_option_gives_the_same_output(tmp_path):
+    (tmp_path / "prog.py").write_text(WRONG)
+    (tmp_path / "other.py").write_text(WRONG)
+    one, two = lint("--jobs", "1", str(tmp_path)), lint("--jobs", "2", str(tmp_path))
+    assert one.returncode == two.returncode == 1 and one.stdout == two.stdout
+    assert lint("--jobs", "0", str(tmp_path)).returncode == 2
+
+
 def test_exit_0_when_clean_and_text_format(tmp_path):
     (tmp_path / "prog.py").write_text("import torch.distributed as dist\ndist.barrier()\n")
     r = lint(str(tmp_path))
