@@ -177,7 +177,7 @@ def test_job_user_name_comes_from_the_uid(area):
 
 @pytest.mark.timeout(120)
 def test_monitor_report_publish_obeys_the_same_rules(area, tmp_path):
-    """The batch-step monitor stores report.txt/json early (storage.publish_report, as the
+    """The batch-step monitor stores report.txt/json (and report.html) early (storage.publish_report, as the
     job's user): it refuses a planted job directory like the collector, and the job
     directory it makes itself is one the collector accepts later."""
     from hpc_hangkit import storage
@@ -198,6 +198,14 @@ def test_monitor_report_publish_obeys_the_same_rules(area, tmp_path):
     assert os.listdir(evil) == []
     got = as_uid(uid, gid, lambda: storage.publish_report(url, "6501", 0, hd, user))
     assert got.endswith("6501/attempt_0/hang_detector/report.txt"), got
+    stored = os.path.join(area.storage, "6501", "attempt_0", "hang_detector")
+    assert sorted(os.listdir(stored)) == ["report.json", "report.txt"]  # no page written: none stored
+    with open(os.path.join(hd, "report.html"), "wb") as f:
+        f.write(b"<!DOCTYPE html><title>roll call</title>\n")
+    os.chmod(os.path.join(hd, "report.html"), 0o644)
+    got = as_uid(uid, gid, lambda: storage.publish_report(url, "6502", 0, hd, user))
+    with open(os.path.join(area.storage, "6502", "attempt_0", "hang_detector", "report.html"), "rb") as f:
+        assert f.read().startswith(b"<!DOCTYPE html>"), got
     area.make_attempt("6501", 0, uid, gid, FILES)
     res = collect_attempt(area.scratch, "6501", 0, url, uid=uid, gid=gid, user=user,
                           deadline=time.monotonic() + 20, host="hk1")

@@ -142,7 +142,7 @@ def test_collector_stores_report_html_next_to_report_txt(tmp_path):
 
     from hpc_hangkit import layout
     from hpc_hangkit.detect.monitor import write_report
-    from hpc_hangkit.slurm import epilog
+    from hpc_hangkit.collect import attempt
 
     need_root()
     html_path, rep = html_cases.golden_page("SPLIT", str(tmp_path))
@@ -161,7 +161,7 @@ def test_collector_stores_report_html_next_to_report_txt(tmp_path):
     try:
         uid, gid, user = job_user()
         area.make_attempt("7301", 0, uid, gid, files)
-        res = epilog.collect_attempt(area.scratch, "7301", 0, "file://" + area.storage, uid=uid, gid=gid,
+        res = attempt.collect_attempt(area.scratch, "7301", 0, "file://" + area.storage, uid=uid, gid=gid,
                                      user=user, deadline=time.monotonic() + 60, host="hk1")
         assert res["status"] == "complete", res
         stored = os.path.join(area.storage, layout.storage_attempt_prefix("7301", 0), layout.HANG_DETECTOR_DIR)
