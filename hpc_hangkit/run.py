@@ -191,9 +191,7 @@ class Run:
         self.hang_confirmed = True
         rep, text, res = capture_and_report(self.settings, self.scratch, self.hd_dir,
                                             events=self.monitor.events, suspects=suspects_of(ev))
-        self.report = rep
-        for p in res.problems:
-            log.warning("capture: %s", p)
+        self.report = rep  # res.problems were logged once each as they happened (CaptureContext.problem)
         self.stdout.write(text if text.endswith("\n") else text + "\n")
         self.stdout.flush()
         log.info("report written: %s, %s", os.path.join(self.hd_dir, layout.REPORT_TXT),

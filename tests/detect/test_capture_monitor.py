@@ -237,3 +237,33 @@ def test_monitor_confirms_on_time_when_every_poll_takes_4x_its_interval(tmp_path
     assert len(slow) == 1 and slow[0].startswith("a poll took 4.0 s, more than the 1.0 s poll interval")
     lines = [json.loads(l) for l in (tmp_path / "events.jsonl").read_text().splitlines()]
     assert [l["seconds"] for l in lines if l["kind"] == "slow_poll"] == [4.0]
+
+
+def test_the_capture_inside_a_poll_is_not_a_slow_poll(tmp_path, caplog):
+    """A poll that confirms runs the capture (seconds of py-spy, Flight Recorder dumps):
+    that time is the capture's, not the poll's, and logs no 'a poll took' warning."""
+    t = [0.0]
+
+    class Quick:
+        name = "quick"
+        polls = 0
+
+        def poll(self, now):
+            Quick.polls += 1
+            t[0] += 0.1
+            return {"k": (Quick.polls > 1, "poll %d" % Quick.polls)}
+
+    confirmed = []
+
+    def capture(ev):
+        t[0] += 8.0                          # the capture's cost, on the injected clock
+        confirmed.append(ev)
+    mon = Monitor(Detector(1.0, 5.0, 5.0, 10.0), [Quick()], hd_dir=str(tmp_path),
+                  on_confirmed=capture, clock=lambda: t[0])
+
+    def wait(s):
+        t[0] += s
+    with caplog.at_level("WARNING", logger="hpc_hangkit.detect.monitor"):
+        mon.run(lambda: not confirmed, wait)
+    assert confirmed and mon.slow_poll_s is None
+    assert not [r for r in caplog.records if "a poll took" in r.getMessage()]
