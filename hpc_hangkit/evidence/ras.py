@@ -626,4 +626,4 @@ def poll_source(ctx: PollContext):
 
 
 SOURCE = Source("nccl_ras", section_dir=layout.NCCL_RAS_DIR, poll=poll_source, capture=capture_hook,
-                section=section_from_dir)
+                section=section_from_dir, together_names_suspects=False)

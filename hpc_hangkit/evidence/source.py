@@ -41,10 +41,13 @@ class PollContext:
 class Source:
     """One source of evidence (see the module docstring). ``name``: the report section's
     key and the log label (``stacks``, ``flight_recorder``, ``nvidia_smi``, ``nccl_ras``);
-    ``section_dir``: the directory under ``hang_detector/`` that holds its captured files."""
+    ``section_dir``: the directory under ``hang_detector/`` that holds its captured files.
+    ``together_names_suspects``: whether a TOGETHER verdict of its section, when adopted,
+    brings its suspects (False for a source that only sees the ranks' shared state)."""
 
     name: str
     section_dir: Optional[str] = None
     poll: Optional[Callable[[PollContext], Any]] = None
     capture: Optional[Callable[[Any], Optional[List[str]]]] = None
     section: Optional[Callable[[str], Optional[dict]]] = None
+    together_names_suspects: bool = True

@@ -15,6 +15,14 @@ def section_order():
 
     return tuple(src.name for src in SOURCES if src.section is not None)
 
+
+def _together_names_suspects(name: str) -> bool:
+    """Whether the section of source ``name`` brings its suspects with an adopted TOGETHER
+    (:attr:`hpc_hangkit.evidence.source.Source.together_names_suspects`)."""
+    from hpc_hangkit.evidence.registry import SOURCES
+
+    return next((src.together_names_suspects for src in SOURCES if src.name == name), True)
+
 __all__ = ["add_sections", "adopt_sections", "adopt_membership", "hd_dir"]
 
 
@@ -38,7 +46,7 @@ def adopt_sections(rep: Report):
         if not v or v not in VERDICTS or v == rep.verdict:
             continue
         sus = sec.get("suspect_ranks")
-        if name == "nccl_ras" and v == "TOGETHER":
+        if v == "TOGETHER" and not _together_names_suspects(name):
             sus = None
         label = name.replace("_", " ")
         rep.warnings.append("verdict %s taken from the %s section (the stacks said %s): %s" % (
