@@ -4,8 +4,11 @@
    score.py): recall with both lines named and false alarms on the fixed programs and the
    look-alikes, per rule.
 2. ``torch``: speed and memory over the whole installed ``torch`` package, each run in a fresh
-   child interpreter: ours (``lint_paths``) and the anchor ``ast.parse`` of every file (the floor
-   of any ``ast``-based checker). Lines per second of wall time and peak RSS (``ru_maxrss``).
+   child interpreter: the anchor ``ast.parse`` of every file (the floor of any ``ast``-based
+   checker), ours in one process (``jobs=1``) and ours as run by default (worker processes on
+   the usable cores). Lines per second of wall time and of CPU time (the workers' included),
+   peak RSS (``ru_maxrss``; with workers: the parent's plus each worker at the largest worker's,
+   an upper bound), and whether both runs give the same findings.
    Target: >= 100k lines/s, <= 1 GiB.
 3. ``projects``: four large real training / MPI projects at pinned versions, fetched here as
    PyPI source distributions (``pip download --no-deps --no-binary :all: NAME==VER``; nothing is
