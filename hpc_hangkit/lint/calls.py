@@ -95,6 +95,8 @@ class Project:
         self.foreign = {}
         #: configured rank sources that :data:`~hpc_hangkit.lint.model.FUNC_RANKISH` does not match
         self._extra_rank = None
+        #: (module, its imported names of rank-local calls) for the module whose facts are built
+        self._local_alias = None
 
     # ------------------------------------------------------------ building
     def add(self, mod):
@@ -280,7 +282,9 @@ class Project:
 
     def _rankish(self, mod, ff):
         """The text of function ``ff`` names something the taint reads a level from
-        (:data:`~hpc_hangkit.lint.model.FUNC_RANKISH`, or a configured rank source)."""
+        (:data:`~hpc_hangkit.lint.model.FUNC_RANKISH`, a configured rank source, or a name the
+        module imports from a rank-local call or module under another spelling: ``from time
+        import perf_counter as clock``, ``from random import choice``)."""
         node = ff.node
         if ff.qualname == "<module>" or not mod.lines or getattr(node, "end_lineno", None) is None:
             return True
@@ -289,7 +293,11 @@ class Project:
             return True
         if self._extra_rank is None:
             self._extra_rank = [n for n in C.RANK_NAMES | C.RANK_CALLS if not FUNC_RANKISH.search(n)]
-        return any(n in text for n in self._extra_rank)
+        if any(n in text for n in self._extra_rank):
+            return True
+        if self._local_alias is None or self._local_alias[0] is not mod:
+            self._local_alias = (mod, _local_aliases(mod))
+        return any(alias in text for alias in self._local_alias[1])
 
     def _agreement(self, mod, ff, rets, attr_vals, agreed, nodes):
         """Which of ``ff``'s return values and ``self`` attribute assignments are agreed through
@@ -760,6 +768,17 @@ class Project:
                         else ff.witness))
             ff = nxt
         return out
+
+
+def _local_aliases(mod):
+    """The names ``mod`` imports that a rank-local call is made through (their targets are
+    rank-local calls, or modules or prefixes of them)."""
+    out = []
+    for alias, q in mod.imports.items():
+        if q in C.LOCAL_CALLS or q.startswith(C.LOCAL_PREFIXES) or (q + ".").startswith(C.LOCAL_PREFIXES) or \
+                any(lc.startswith(q + ".") for lc in C.LOCAL_CALLS):
+            out.append(alias)
+    return out
 
 
 def call_info(mod, call):

@@ -24,7 +24,7 @@ RANKISH = re.compile(r"rank|RANK|environ|getenv|PROCID|process_index|is_main|is_
 FUNC_RANKISH = re.compile(RANKISH.pattern + r"|RANK|PROCID|procid|proc_id|process_index|main|master|leader|chief|"
                           r"primary|zero|root|first|stat|access|walk|host|platform|node|disk_usage|getsize|getmtime|"
                           r"psutil|iterdir|is_file|is_dir|numel|nelement|shape|size|count_nonzero|__len__|local|"
-                          r"Sampler|split_dataset|shard|chunk")
+                          r"Sampler|split_dataset|shard|chunk|items")
 _IGNORE = re.compile(r"#\s*hangkit:\s*ignore(?:\[([A-Z0-9, ]+)\])?")
 
 

@@ -138,6 +138,20 @@ class Opt:
             return
         dist.all_reduce(t)  # HERE
 """),
+    "a_helper_timing_through_a_renamed_clock": ("HK202", """
+from time import perf_counter as clock
+import torch.distributed as dist
+
+T0 = 0.0
+
+def too_slow():
+    return clock() - T0 > 5
+
+def step(t):
+    if too_slow():  # BRANCH
+        return
+    dist.all_reduce(t)  # HERE
+"""),
     "ddp_forward_on_rank_zero": ("HK101", """
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
