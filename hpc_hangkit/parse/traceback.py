@@ -12,6 +12,7 @@ lines. Never raises on bad input.
 import re
 from typing import Dict, List, Optional, Tuple
 
+from hpc_hangkit.parse.exits import Exit, ExitHow
 from hpc_hangkit.parse.model import Frame, frame
 
 __all__ = ["parse_tracebacks", "Traceback"]
@@ -22,14 +23,18 @@ _EXC_RE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit|Warning|F
 
 
 class Traceback:
-    """One parsed traceback: ``frames`` innermost first, ``lines`` as printed, ``error`` (last line)."""
+    """How a rank ended, with the traceback it printed: ``frames`` innermost first,
+    ``lines`` as printed, ``error`` (the exception's last line, "" when none), ``end``
+    (:class:`~hpc_hangkit.parse.exits.Exit`; by default an uncaught exception with this
+    ``error``; an exit record or a vanished record gives its own)."""
 
-    __slots__ = ("frames", "lines", "error")
+    __slots__ = ("frames", "lines", "error", "end")
 
-    def __init__(self, frames: Tuple[Frame, ...], lines: List[str], error: str):
+    def __init__(self, frames: Tuple[Frame, ...], lines: List[str], error: str, end: Optional[Exit] = None):
         self.frames = frames
         self.lines = lines
         self.error = error
+        self.end = end if end is not None else Exit(ExitHow.EXCEPTION, error=error or None)
 
     def __repr__(self):
         return "Traceback(%d frames, %r)" % (len(self.frames), self.error)

@@ -10,9 +10,11 @@ import json
 from dataclasses import dataclass, field, fields
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from hpc_hangkit.parse.exits import Exit, ExitHow
 from hpc_hangkit.parse.model import Frame, Sample, frame
 from hpc_hangkit.rollcall.frames import (better_frames, canon, chain_id, collective_of, format_frames,
                                          frames_json, is_startup, key_of, main_thread, user_frame)
+from hpc_hangkit.rollcall.prose import exit_from_text, exit_text
 
 __all__ = ["SUMMARY_VERSION", "SUMMARY_SUFFIX", "STATES", "Checkin", "RankFacts", "rank_facts", "remember",
            "merge_chain"]
@@ -61,7 +63,7 @@ def _summary_order(exit_first: bool, host_after_hb: bool) -> Tuple[str, ...]:
     return (("n", "mode", "startup") + (ex if exit_first else ())
             + ("detail", "last_write", "period_s", "pid") + (() if host_after_hb else ("host",))
             + ("note",) + (() if exit_first else ex) + ("hb",) + (("host",) if host_after_hb else ())
-            + ("taken",))
+            + ("taken", "end"))
 
 
 #: the four summary key orders, tried in this order to recover the placement flags
@@ -76,8 +78,10 @@ class RankFacts:
     position, None when it has none. ``n``: usable samples looked at (the newest K);
     ``mode``: how many of them are at the position; ``startup``: start-up samples
     skipped. ``detail``: one line on how the state was decided (mid-transition samples,
-    a polling loop, why there is no position). ``exit``: the exit error (a fatal-error
-    dump, the last line of a traceback, or "went silent"); ``traceback``: its lines.
+    a polling loop, why there is no position). ``exit``: the exit error in words
+    (:func:`~hpc_hangkit.rollcall.prose.exit_text` of ``ended``; what a summary stores);
+    ``ended``: how it ended (:class:`~hpc_hangkit.parse.exits.Exit`; read it with
+    :meth:`ending`, set it with :meth:`set_exit`); ``traceback``: its lines.
     ``last_write``: newest mtime (epoch s) of its node-scratch watchdog logs;
     ``period_s``: the watchdog period (s, from the log header); ``pid``, ``host``: of
     its newest process; ``note``: the parser's exit note of a log; ``hb``: its newest
@@ -101,6 +105,7 @@ class RankFacts:
     hb: Optional[Checkin] = None
     silent_s: Optional[float] = None
     taken: Optional[float] = None
+    ended: Optional[Exit] = field(default=None, compare=False)
     #: where the summary writes ``exit``/``traceback``: before the log entries when the exit
     #: came from the rank's own fatal-error dump, after them when from a traceback
     exit_first: bool = field(default=False, compare=False)
@@ -122,12 +127,31 @@ class RankFacts:
         out += [("taken", self.taken)]
         return out
 
+    def ending(self) -> Optional[Exit]:
+        """How the rank ended: ``ended``, else what its ``exit`` words say
+        (:func:`~hpc_hangkit.rollcall.prose.exit_from_text`, a summary's record), else None."""
+        e = self.ended
+        if e is None and self.exit:
+            e = exit_from_text(self.exit)
+        return e
+
+    def set_exit(self, e: Exit) -> None:
+        """Record how the rank ended: ``ended`` and its words ``exit``."""
+        self.ended = e
+        self.exit = exit_text(e)
+
     def to_summary(self) -> dict:
         """The summary's ``facts`` entry: every set entry except ``state`` and ``key`` (those
-        are in ``positions``); empty values (None, 0, "", []) are left out."""
+        are in ``positions``); empty values (None, 0, "", []) are left out. ``end``
+        (:meth:`Exit.to_json`) only where the ``exit`` words would be read back as another end
+        (an exception whose last line reads like one of the roll call's own sentences)."""
         # the same entries as _entries, read straight from the fields (packing 100k ranks
         # calls this once per rank)
-        return _entry(self.__dict__, (self.exit_first, self.host_after_hb))
+        out = _entry(self.__dict__, (self.exit_first, self.host_after_hb))
+        e = self.ended
+        if e is not None and self.exit and exit_from_text(self.exit) != e:
+            out["end"] = e.to_json()
+        return out
 
     @classmethod
     def from_summary(cls, key: Optional[str], state: str, extra: dict) -> "RankFacts":
@@ -153,6 +177,8 @@ class RankFacts:
             taken = extra.get("taken")
             if isinstance(taken, (int, float)) and not isinstance(taken, bool):
                 f.taken = float(taken)
+            if "end" in extra:
+                d["ended"] = Exit.from_json(extra["end"])
         if ("exit" in extra or "traceback" in extra) or ("host" in extra and "hb" in extra):
             f.exit_first, f.host_after_hb = _placement(extra)
         return f
@@ -247,11 +273,11 @@ def rank_facts(samples: Sequence[Sample], k: int = 5, chains: Optional[dict] = N
         s, t = fatal
         fr = t.frames if t is not None else ()
         out.state = "exited"
-        out.exit = "Fatal Python error: %s" % s.fatal
+        out.set_exit(Exit(ExitHow.FATAL, error=s.fatal))
         out.exit_first = True
         if fr:
             out.key = remember(chains, fr)
-            out.traceback = ["Fatal Python error: %s" % s.fatal] + format_frames(fr)
+            out.traceback = [out.exit] + format_frames(fr)
         return out
     if not usable:
         if startup:

@@ -14,6 +14,7 @@ import sys
 from typing import Dict, Iterable, List, Optional, Tuple
 
 from hpc_hangkit import layout
+from hpc_hangkit.parse.exits import ExitHow
 from hpc_hangkit.parse.model import ParsedLog, Sample
 from hpc_hangkit.ranges import MAX_RANKS, format_ranks
 from hpc_hangkit.rollcall.facts import SUMMARY_VERSION, Checkin, RankFacts, merge_chain, rank_facts, remember
@@ -130,11 +131,11 @@ def summarize_node(logs: Iterable[ParsedLog] = (), *, tracebacks: Optional[dict]
         if f is None:
             f = facts[r] = RankFacts()
         f.state = "exited"
-        f.exit = tb.error or "exited with a Python traceback"
+        f.set_exit(tb.end)
         f.traceback = list(tb.lines[-60:])
         if tb.frames:
             f.key = remember(tmps.setdefault(r, {}), tb.frames)
-        elif f.exit.startswith("exited normally"):
+        elif tb.end.how is ExitHow.NORMAL:
             f.key = None  # it returned from the program: its last dump is history, not where it left
         f.detail = None
     # only the record of each rank's FINAL position enters the table: a node summary keeps

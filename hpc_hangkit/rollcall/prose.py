@@ -7,13 +7,15 @@ structured (kind, sentence case, the ranks, groups and facts the sentence names)
 The classifier calls it, so this module imports no other module of hpc_hangkit.rollcall.
 """
 import json
+import re
 from typing import List, Optional, Tuple
 
+from hpc_hangkit.parse.exits import Exit, ExitHow
 from hpc_hangkit.parse.model import Frame, basename
 from hpc_hangkit.ranges import format_ranks, ranks_label
 
 __all__ = ["short_where", "where", "join", "explain", "split_at", "vanished_error",
-           "VANISHED_START"]
+           "VANISHED_START", "exit_text", "exit_from_text", "exit_public"]
 
 
 def short_where(f: Frame) -> str:
@@ -102,10 +104,10 @@ def _one_rank(v):
     return why, "cannot tell: %s (it is at %s)." % (why, where(v.lead))
 
 
-#: exit errors of a rank that left without an exception (written from its own exit record)
-_CLEAN_EXIT = ("exited normally", "called sys.exit(")
 #: how the exit error of a vanished rank (:func:`vanished_error`) starts
 VANISHED_START = "vanished (pid "
+_FATAL_START = "Fatal Python error: "
+_SILENT_START = "went silent"
 
 
 def vanished_error(pids) -> str:
@@ -118,17 +120,107 @@ def vanished_error(pids) -> str:
         VANISHED_START if len(pids) == 1 else "vanished (pids ", ", ".join(str(p) for p in pids))
 
 
-def _vanished_pids(errors) -> List[int]:
-    """The pids of :func:`vanished_error` sentences (one pid each)."""
-    return [int(e[len(VANISHED_START):].split(" ", 1)[0]) for e in errors]
+def exit_text(e: Exit) -> str:
+    """A rank's exit error in words, from its :class:`~hpc_hangkit.parse.exits.Exit`: what
+    the report prints and a node summary stores as ``exit`` (``"exited normally (status
+    0)"``, ``"called sys.exit(3): exit status 3"``, the exception's last line, ``"Fatal
+    Python error: Segmentation fault"``, :func:`vanished_error`, ``"went silent: ..."``)."""
+    how = e.how
+    if how is ExitHow.NORMAL:
+        return "exited normally (status %d)" % (e.status or 0)
+    if how is ExitHow.SYS_EXIT:
+        return "called sys.exit(%d): exit status %d" % (e.status or 0, e.status or 0)
+    if how is ExitHow.FATAL:
+        return _FATAL_START + (e.error or "")
+    if how is ExitHow.VANISHED:
+        return vanished_error(e.pid if e.pid is not None else [])
+    if how is ExitHow.SILENT:
+        return ("went silent: nothing written for %.0f s while other ranks kept writing "
+                "(exited, killed, or its node is gone)" % (e.silent_s or 0.0))
+    if e.error:
+        return e.error
+    if e.status is not None:
+        return "exited with an uncaught exception (status %d)" % e.status
+    return "exited with a Python traceback"
+
+
+_NORMAL_RE = re.compile(r"^exited normally \(status (\d+)\)")
+_SYSEXIT_RE = re.compile(r"^called sys\.exit\((-?\d+)\): exit status (\d+)")
+_UNCAUGHT_RE = re.compile(r"^exited with an uncaught exception \(status (-?\d+)\)$")
+_VANISHED_RE = re.compile(r"^vanished \(pid (\d+) gone with no exit record")
+_SILENT_RE = re.compile(r"^went silent: nothing written for (\d+) s ")
+
+
+def exit_from_text(err: str) -> Exit:
+    """The :class:`~hpc_hangkit.parse.exits.Exit` an exit error of :func:`exit_text` says:
+    how a node summary's ``exit`` is read back (a summary stores the words, and an ``end``
+    object only where the words alone would be misread). Any other text is an exception's
+    last line."""
+    m = _NORMAL_RE.match(err)
+    if m:
+        return Exit(ExitHow.NORMAL, status=int(m.group(1)))
+    m = _SYSEXIT_RE.match(err)
+    if m:
+        return Exit(ExitHow.SYS_EXIT, status=int(m.group(2)))
+    if err.startswith(_FATAL_START):
+        return Exit(ExitHow.FATAL, error=err[len(_FATAL_START):])
+    m = _VANISHED_RE.match(err)
+    if m:
+        return Exit(ExitHow.VANISHED, pid=int(m.group(1)))
+    m = _SILENT_RE.match(err)
+    if m:
+        return Exit(ExitHow.SILENT, silent_s=float(m.group(1)))
+    m = _UNCAUGHT_RE.match(err)
+    if m:
+        return Exit(ExitHow.EXCEPTION, status=int(m.group(1)))
+    if err == "exited with a Python traceback":
+        return Exit(ExitHow.EXCEPTION)
+    return Exit(ExitHow.EXCEPTION, error=err)
+
+
+_SIGNALS = {"Segmentation fault": "SIGSEGV", "Aborted": "SIGABRT", "Bus error": "SIGBUS",
+            "Floating point exception": "SIGFPE", "Illegal instruction": "SIGILL"}
+_EXC_RE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Failure|Timeout)?)(?:: (.*))?$",
+                     re.S)
+
+
+def exit_public(e: Optional[Exit]) -> dict:
+    """An exited group's ``exit`` in report.json (docs/report-schema.md): ``{"how",
+    "status", "signal", "type", "message"}`` with ``how`` one of ``normal`` (status from
+    the program's end), ``exit`` (``sys.exit``), ``exception`` (``type``/``message`` of
+    the uncaught exception), ``signal`` (a fatal signal: ``signal`` its name),
+    ``vanished`` (no record: the monitor saw its pid gone, or it went silent, or ``e`` is
+    None). Unset entries are None."""
+    out = {"how": "vanished", "status": None, "signal": None, "type": None, "message": None}
+    if e is None:
+        return out
+    how = e.how
+    if how is ExitHow.NORMAL:
+        out.update(how="normal", status=e.status)
+    elif how is ExitHow.SYS_EXIT:
+        out.update(how="exit", status=e.status)
+    elif how is ExitHow.FATAL:
+        what = (e.error or "").strip()
+        out.update(how="signal", signal=_SIGNALS.get(what), message=what)
+    elif how in (ExitHow.VANISHED, ExitHow.SILENT):
+        out.update(message=exit_text(e))
+    else:
+        err = exit_text(e).strip()
+        m = _EXC_RE.match(err)
+        if m and " " not in m.group(1):
+            out.update(how="exception", status=1, type=m.group(1), message=m.group(2))
+        else:
+            out.update(how="exception", status=1, message=exit_text(e))
+    return out
 
 
 def _gone_primary(v):
     primary = v.primary
-    vanished = bool(v.primary_errors) and all(e.startswith(VANISHED_START) for e in v.primary_errors)
-    clean = vanished or all(e.startswith(_CLEAN_EXIT) for e in v.primary_errors)
+    ends = v.primary_exits
+    vanished = bool(ends) and all(e is not None and e.how is ExitHow.VANISHED for e in ends)
+    clean = vanished or all(e is not None and e.how in (ExitHow.NORMAL, ExitHow.SYS_EXIT) for e in ends)
     if vanished:  # one sentence for all: "ranks 2-3 vanished (pids 12, 13 gone ...)"
-        parts = ["%s %s" % (ranks_label(primary), vanished_error(_vanished_pids(v.primary_errors)))]
+        parts = ["%s %s" % (ranks_label(primary), vanished_error([e.pid for e in ends]))]
     elif clean:  # "ranks 1-3 exited normally (status 0)": no "on their own (...)" around it
         parts = ["%s %s" % (ranks_label(primary), "; ".join(v.primary_errors))]
     else:

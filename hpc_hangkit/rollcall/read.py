@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 from hpc_hangkit import fsio, layout
+from hpc_hangkit.parse.exits import Exit, ExitHow
 from hpc_hangkit.parse.model import ParsedLog, basename
 from hpc_hangkit.rollcall.facts import SUMMARY_SUFFIX, SUMMARY_VERSION
-from hpc_hangkit.rollcall.prose import vanished_error
 
 __all__ = ["DirContents", "rank_from_name", "list_files", "read_dir", "in_capture_tree"]
 
@@ -59,10 +59,10 @@ class DirContents:
 
 def exit_record(data: bytes):
     """A rank's exit record (``exits/rank_<r>.pid<p>.txt``, docs/internals.md "Exit record")
-    as a :class:`hpc_hangkit.parse.traceback.Traceback`: for an exception the rank's own
-    traceback (``error`` its last line), else no frames and ``error`` saying how it exited
-    (``exited normally (status 0)``, ``called sys.exit(3): exit status 3``). None if the
-    header is unreadable."""
+    as a :class:`hpc_hangkit.parse.traceback.Traceback` whose ``end`` says how it exited
+    (:class:`~hpc_hangkit.parse.exits.Exit`): for an exception the rank's own traceback
+    (``error`` its last line), for ``sys.exit`` the traceback the record holds if any,
+    else no frames. None if the header is unreadable."""
     from hpc_hangkit.parse.traceback import Traceback, parse_tracebacks
 
     text = data.decode("utf-8", "replace")
@@ -78,21 +78,21 @@ def exit_record(data: bytes):
         tb = tbs.get(None) or (next(iter(tbs.values())) if tbs else None)
         if tb is not None:
             return tb
-        return Traceback((), rest.splitlines()[-60:], "exited with an uncaught exception (status %d)" % status)
+        return Traceback((), rest.splitlines()[-60:], "", Exit(ExitHow.EXCEPTION, status=status))
     if how == "normal":
-        return Traceback((), [], "exited normally (status %d)" % status)
+        return Traceback((), [], "", Exit(ExitHow.NORMAL, status=status))
     if how == "exit":
         tbs = parse_tracebacks(rest.encode("utf-8"), "exit record") if rest.strip() else {}
         tb = tbs.get(None) or (next(iter(tbs.values())) if tbs else None)
-        err = "called sys.exit(%d): exit status %d" % (status, status)
-        return Traceback(tb.frames, tb.lines, err) if tb is not None else Traceback((), [], err)
+        end = Exit(ExitHow.SYS_EXIT, status=status)
+        return Traceback(tb.frames, tb.lines, "", end) if tb is not None else Traceback((), [], "", end)
     return None
 
 
 def vanished_record(data: bytes):
     """The monitor's vanished record (``vanished/rank_<r>.pid<p>.txt``, docs/internals.md
     "Vanished record") as a :class:`hpc_hangkit.parse.traceback.Traceback` with no frames and
-    ``error`` :func:`hpc_hangkit.rollcall.prose.vanished_error` of its pid. None if the line is
+    ``end`` a VANISHED :class:`~hpc_hangkit.parse.exits.Exit` of its pid. None if the line is
     not one (no prefix, no integer pid)."""
     from hpc_hangkit.parse.traceback import Traceback
 
@@ -101,7 +101,7 @@ def vanished_record(data: bytes):
         pid = int(kv.get("pid", ""))
     except (ValueError, AttributeError):
         return None
-    return Traceback((), [], vanished_error(pid))
+    return Traceback((), [], "", Exit(ExitHow.VANISHED, pid=pid))
 
 
 def _vanished_fields(data: bytes) -> Optional[dict]:

@@ -11,13 +11,14 @@ import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
+from hpc_hangkit.parse.exits import Exit, ExitHow
 from hpc_hangkit.parse.model import Frame
 from hpc_hangkit.ranges import format_ranks, ranks_label
 from hpc_hangkit.rollcall.facts import RankFacts
 from hpc_hangkit.rollcall.frames import (chain_rank, frames_from_json, in_backward, inside_api, key_of, position_key,
                                          user_api, user_frame)
 from hpc_hangkit.rollcall.nodes import no_cyclic_gc, unpack
-from hpc_hangkit.rollcall.prose import VANISHED_START, explain
+from hpc_hangkit.rollcall.prose import exit_public, explain
 
 __all__ = ["VERDICTS", "ROLES", "SILENT_MIN_S", "Group", "Report", "Verdict", "build_report", "classify",
            "apply_timing", "short_error", "creation_args"]
@@ -49,7 +50,7 @@ class Group:
         self.collective = collective
         self.detail = detail
         self.key = key
-        #: an exited group's end (:func:`exit_of` of its first rank's exit error), else None
+        #: an exited group's end (:func:`~hpc_hangkit.rollcall.prose.exit_public` of its first rank's), else None
         self.exit = exit
         #: where the paths split (hpc_hangkit.rollcall.branch), a dict, or None
         self.branch = None
@@ -190,7 +191,8 @@ class Verdict:
     ``missing`` / ``unwatched`` / ``unknown`` the ranks that are not there and why;
     ``absent`` all of those ("Not seen"); ``checked_in`` ranks with a heartbeat
     (NO_HANG); ``details`` why no rank has a position; ``primary`` ranks that failed on
-    their own and ``primary_errors`` their errors; ``victims`` ranks whose error says a
+    their own, ``primary_errors`` their errors (distinct, at most three) and
+    ``primary_exits`` the :class:`~hpc_hangkit.parse.exits.Exit` of each of those errors; ``victims`` ranks whose error says a
     peer went away and ``victim_errors`` (one per kind of error, at most two);
     ``label_groups`` (label, ranks) of TOGETHER ranks whose last check-ins differ, most
     ranks first; ``suspect_labels`` (label, ranks) of the suspects' last check-ins;
@@ -216,6 +218,7 @@ class Verdict:
     details: List[str] = field(default_factory=list)
     primary: List[int] = field(default_factory=list)
     primary_errors: List[str] = field(default_factory=list)
+    primary_exits: List[Optional[Exit]] = field(default_factory=list)
     victims: List[int] = field(default_factory=list)
     victim_errors: List[str] = field(default_factory=list)
     label_groups: List[Tuple[str, List[int]]] = field(default_factory=list)
@@ -354,7 +357,7 @@ def _groups(facts: Dict[int, RankFacts], chains: Dict[str, dict], depth: Optiona
             exits = sorted({_norm_error(facts[r].exit): short_error(facts[r].exit)
                             for r in rs if facts[r].exit}.values())
             detail = "; ".join(exits[:3]) or None
-            end = exit_of(facts[min(rs)].exit)
+            end = exit_public(facts[min(rs)].ending())
         elif st == "progressing":
             detail = "samples still changing: this rank is moving"
         g = Group(rs, st, st, py, nat, colls[0] if colls else coll, detail, key=cid, exit=end)
@@ -611,51 +614,12 @@ _CONSEQUENCE_RE = re.compile(r"closed by peer|reset by peer|remote worker|remote
                              r"DistNetworkError|aborted by another rank", re.I)
 
 
-_SIGNALS = {"Segmentation fault": "SIGSEGV", "Aborted": "SIGABRT", "Bus error": "SIGBUS",
-            "Floating point exception": "SIGFPE", "Illegal instruction": "SIGILL"}
-_NORMAL_RE = re.compile(r"^exited normally \(status (\d+)\)")
-_SYSEXIT_RE = re.compile(r"^called sys\.exit\((-?\d+)\): exit status (\d+)")
-_EXC_RE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Failure|Timeout)?)(?:: (.*))?$", re.S)
-
-
-def exit_of(err: Optional[str]) -> dict:
-    """How a rank left, from its exit error (a rank's own exit record, a fatal-error dump,
-    a traceback's last line, or "went silent"): ``{"how", "status", "signal", "type",
-    "message"}`` with ``how`` one of ``normal`` (status 0 from the program's end),
-    ``exit`` (``sys.exit``), ``exception`` (``type``/``message`` of the uncaught
-    exception), ``signal`` (a fatal signal: ``signal`` its name), ``vanished`` (no record:
-    the monitor saw its pid gone, or it went silent: killed, ``os._exit``, node lost).
-    Unset entries are None."""
-    out = {"how": "vanished", "status": None, "signal": None, "type": None, "message": None}
-    if not err:
-        return out
-    m = _NORMAL_RE.match(err)
-    if m:
-        out.update(how="normal", status=int(m.group(1)))
-        return out
-    m = _SYSEXIT_RE.match(err)
-    if m:
-        out.update(how="exit", status=int(m.group(2)))
-        return out
-    if err.startswith("Fatal Python error: "):
-        what = err[len("Fatal Python error: "):].strip()
-        out.update(how="signal", signal=_SIGNALS.get(what), message=what)
-        return out
-    if err.startswith("went silent") or err.startswith(VANISHED_START):
-        out.update(message=err)
-        return out
-    m = _EXC_RE.match(err.strip())
-    if m and " " not in m.group(1):
-        out.update(how="exception", status=1, type=m.group(1), message=m.group(2))
-    else:
-        out.update(how="exception", status=1, message=err)
-    return out
-
-
-def _is_consequence(err: Optional[str]) -> bool:
-    """True for exit errors that say a PEER went away or never answered (timeouts,
-    connection closed/reset by peer): such a rank is a victim, not the culprit."""
-    return bool(err) and bool(_CONSEQUENCE_RE.search(err))
+def _is_consequence(f: RankFacts) -> bool:
+    """True for a rank whose exception or fatal error says a PEER went away or never
+    answered (timeouts, connection closed/reset by peer): a victim, not the culprit."""
+    e = f.ending()
+    return (e is not None and e.how in (ExitHow.EXCEPTION, ExitHow.FATAL) and bool(e.error)
+            and bool(_CONSEQUENCE_RE.search(e.error)))
 
 
 def short_error(err: Optional[str], limit: int = 110) -> str:
@@ -667,6 +631,17 @@ def short_error(err: Optional[str], limit: int = 110) -> str:
     return e if len(e) <= limit else e[:limit - 3] + "..."
 
 
+def _distinct_errors(ranks: List[int], facts: Dict[int, RankFacts]) -> List[Tuple[str, Optional[Exit]]]:
+    """The distinct short exit errors of ``ranks`` (:func:`short_error`), sorted, at most
+    three, each with the :class:`~hpc_hangkit.parse.exits.Exit` of its lowest rank."""
+    by: Dict[str, Optional[Exit]] = {}
+    for r in sorted(ranks):
+        t = short_error(facts[r].exit)
+        if t not in by:
+            by[t] = facts[r].ending()
+    return sorted(by.items(), key=lambda kv: kv[0])[:3]
+
+
 def _norm_error(err: str) -> str:
     return re.sub(r"\d+", "N", short_error(err))
 
@@ -676,7 +651,7 @@ def _gone(stuck, prog, gone, unknown, facts: Dict[int, RankFacts], total_seen: i
     the suspects are the ranks that failed on their own, else the ranks that did not
     fail that way (the other side), else the minority of the last positions."""
     exited = _ranks(gone)
-    victims = [r for r in exited if _is_consequence(facts[r].exit)]
+    victims = [r for r in exited if _is_consequence(facts[r])]
     primary = [r for r in exited if r not in victims]
     alive = stuck + prog
     alive_ranks = _ranks(alive)
@@ -688,10 +663,11 @@ def _gone(stuck, prog, gone, unknown, facts: Dict[int, RankFacts], total_seen: i
     kw = dict(victims=victims, victim_errors=verr)
     if primary:
         first = set(primary)
+        ends = _distinct_errors(primary, facts)
         groups = [g for g in gone if set(g.ranks) & first] + stuck + \
             [g for g in gone if not set(g.ranks) & first] + prog + unknown
         return Verdict("GONE", "gone_primary", suspects=primary, groups=groups, primary=primary,
-                       primary_errors=sorted({short_error(facts[r].exit) for r in primary})[:3],
+                       primary_errors=[t for t, _ in ends], primary_exits=[e for _, e in ends],
                        lead=stuck[0] if stuck else None, moving=alive_ranks, **kw)
     if alive:
         for g in alive:
@@ -739,5 +715,4 @@ def apply_timing(facts: Dict[int, RankFacts]) -> None:
             if silent > max(3 * period, SILENT_MIN_S):
                 f.state = "exited"
                 f.silent_s = round(silent, 1)
-                f.exit = ("went silent: nothing written for %.0f s while other ranks kept writing "
-                          "(exited, killed, or its node is gone)" % silent)
+                f.set_exit(Exit(ExitHow.SILENT, silent_s=silent))
