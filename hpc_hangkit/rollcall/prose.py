@@ -6,6 +6,7 @@ structured (kind, sentence case, the ranks, groups and facts the sentence names)
 ``summary`` of report.json) and the ``why`` of an INCONCLUSIVE / NO_HANG verdict.
 The classifier calls it, so this module imports no other module of hpc_hangkit.rollcall.
 """
+import functools
 import json
 import re
 from typing import List, Optional, Tuple
@@ -151,6 +152,7 @@ _VANISHED_RE = re.compile(r"^vanished \(pid (\d+) gone with no exit record")
 _SILENT_RE = re.compile(r"^went silent: nothing written for (\d+) s ")
 
 
+@functools.lru_cache(maxsize=4096)  # the ranks of a job share a few errors; Exit is immutable
 def exit_from_text(err: str) -> Exit:
     """The :class:`~hpc_hangkit.parse.exits.Exit` an exit error of :func:`exit_text` says:
     how a node summary's ``exit`` is read back (a summary stores the words, and an ``end``
