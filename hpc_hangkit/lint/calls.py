@@ -205,11 +205,14 @@ class Project:
                         ff.calls.append((ref, n.lineno, n.col_offset, call_info(mod, n)))
                         if taint is not None and (n.args or n.keywords):
                             # what a callee can do with data is mostly iterate it: hand the
-                            # trip-count level (a loader with a DistributedSampler: 0)
+                            # trip-count level (a loader with a DistributedSampler: 0), as the
+                            # values are at the call's line (not what is assigned later)
+                            taint._at = n.lineno
                             lv = {i: taint.trip_level(a) for i, a in enumerate(n.args)
                                   if not isinstance(a, ast.Starred)}
                             lv.update((k.arg, taint.trip_level(k.value)) for k in n.keywords
                                       if k.arg and k.arg not in C.DISPLAY_KEYWORDS and not _flag(k.value))
+                            taint._at = None
                             lv = {k: v for k, v in lv.items() if v}
                             if lv:
                                 ff.arg_calls.append((ref, lv))
@@ -222,7 +225,7 @@ class Project:
                     isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id in params
                     and t.value.id != "self" for t in n.targets):
                 # `trainer.should_stop = True` under a rank-local test: the flag is another object's
-                lv = max(taint.level(n.value), taint.guard_level(n))
+                lv = max(taint.level_at(n.value, n.lineno), taint.guard_level(n))
                 for t in n.targets:
                     if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and lv:
                         k = (mod.key, t.attr, t.value.id.replace("_", "").lower())
@@ -235,7 +238,7 @@ class Project:
                         continue
                     attr_vals.append((key, n.value))
                     if taint is not None:
-                        lv = max(taint.level(n.value), taint.guard_level(n))
+                        lv = max(taint.level_at(n.value, n.lineno), taint.guard_level(n))
                         if lv > mod.attr_levels.get((ff.cls, key), 0):
                             mod.attr_levels[(ff.cls, key)] = lv
                     used = set()
@@ -250,7 +253,7 @@ class Project:
                         ff.attr_params.setdefault((ff.cls, key), set()).update(used)
         if rets and all(isinstance(r, ast.Tuple) and len(r.elts) == len(rets[0].elts) for r in rets) and \
                 not any(isinstance(x, ast.Starred) for r in rets for x in r.elts):
-            ff.ret_elems = [max(taint.level(r.elts[i]) for r in rets) if taint is not None else 0
+            ff.ret_elems = [max(taint.level_at(r.elts[i], r.lineno) for r in rets) if taint is not None else 0
                             for i in range(len(rets[0].elts))]
         if rets and params:
             ff.ret_params = _flows_from(rets, local if local is not None else walk_local(node), params)
@@ -258,7 +261,7 @@ class Project:
             self._agreement(mod, ff, rets, attr_vals, agreed, local if local is not None else walk_local(node))
         for r in rets:
             if taint is not None:
-                ff.ret_level = max(ff.ret_level, taint.level(r))
+                ff.ret_level = max(ff.ret_level, taint.level_at(r, r.lineno))
             for n in nodes_of(r):
                 if isinstance(n, ast.Call):
                     ref = call_ref(mod, ff.cls, ff.qualname, n)

@@ -16,7 +16,7 @@ import ast
 import re
 
 from hpc_hangkit.lint import collectives as C
-from hpc_hangkit.lint.model import dotted, qualify, walk_local
+from hpc_hangkit.lint.model import _params, dotted, qualify, walk_local
 
 __all__ = ["Taint", "call_kind", "mentions_membership", "single_process", "RANK_DEPENDENT", "RANK_LOCAL",
            "CLEAN"]
@@ -69,10 +69,21 @@ class Taint:
         self._members = {}
         self._direct = False
         self._direct_env = None
-        self._run()
+        #: (first line, last line) of each loop of the body: an assignment later in the function
+        #: reaches a use only inside a loop around both
+        self.loops = []
+        #: names declared ``global``/``nonlocal``: a later assignment persists between calls
+        self.shared = set()
+        #: local name -> {line of an assignment: its level} (levels above 0 only)
+        self.sites = {}
+        #: the line a value is read at (:meth:`level_at`); None: anywhere in the function
+        self._at = None
+        self._fn_params = set()
+        self._asking = set()
+        self._run(facts)
 
     # -------------------------------------------------------------- environment
-    def _run(self):
+    def _run(self, facts=None):
         assigns = []
         comps = []
         local = self.mod.local.get(id(self.fn))
@@ -106,35 +117,55 @@ class Taint:
         # a comprehension's variable lives in the comprehension: it does not change a local of
         # the same name (`i` of `for i in range(n)` and of `[r for i in ranks]`)
         outer = {name for target, _, _, _ in assigns for name in _names(target)}
-        assigns.extend(c for c in comps if not (set(_names(c[0])) & outer))
+        anywhere = set()
+        for c in comps:
+            if not (set(_names(c[0])) & outer):
+                assigns.append(c)
+                anywhere.add(id(c[1]))
         self._assigns = assigns
+        count = {}
         for target, _, _, _ in assigns:
-            self.assigned.update(_names(target))
+            for name in _names(target):
+                count[name] = count.get(name, 0) + 1
+        self.assigned.update(count)
+        self._fn_params = set(_params(self.fn)) if isinstance(
+            self.fn, (ast.FunctionDef, ast.AsyncFunctionDef)) else set()
         for name, lv in self.params.items():
             if lv and name not in self.assigned:
                 self.env[name] = lv
+        lines = [0 if id(value) in anywhere else getattr(value, "lineno", 0) for _, value, _, _ in assigns]
         for _ in range(3):
             changed = False
-            for target, value, conds, part in assigns:
+            for (target, value, conds, part), line in zip(assigns, lines):
+                self._at = line or None
                 lv = self.level(value) if part in (None, "element") else self._elem_level(value, part) \
                     if isinstance(part, int) else self._part_level(value, part)
-                for kind, c in conds:
-                    if lv == 2:
-                        break
-                    lv = max(lv, 1 if kind == "except" else self.test_level(c))
+                if conds:
+                    for kind, c in conds:
+                        if lv == 2:
+                            break
+                        lv = max(lv, 1 if kind == "except" else self.test_level(c))
+                self._at = None
                 if not lv:
                     continue
                 for name in _names(target):
+                    site = self.sites.setdefault(name, {})
+                    if site.get(line, 0) < lv:
+                        site[line] = lv
+                        changed = True
                     if self.env.get(name, 0) < lv:
                         self.env[name] = lv
                         changed = True
             if not changed:
                 break
-        for target, value, conds, part in assigns:
+        for (target, value, conds, part), line in zip(assigns, lines):
             if part is None:
+                self._at = line or None
                 lv = self.trip_level(value)
-                for kind, c in conds:
-                    lv = max(lv, 1 if kind == "except" else self.test_level(c))
+                if conds:
+                    for kind, c in conds:
+                        lv = max(lv, 1 if kind == "except" else self.test_level(c))
+                self._at = None
             else:  # a loop's element, a part of an unpacked tuple: what the name holds
                 lv = max([self.env.get(n, 0) for n in _names(target)] or [0])
             for name in _names(target):
@@ -155,6 +186,8 @@ class Taint:
             if isinstance(st, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
                 if conds:
                     self.guards[id(st)] = conds
+            elif isinstance(st, (ast.Global, ast.Nonlocal)):
+                self.shared.update(st.names)
             elif isinstance(st, ast.If):
                 side = single_process(st.test)
                 if side is not None:
@@ -171,6 +204,8 @@ class Taint:
                 self._scan_guards(st.orelse, conds)
                 self._scan_guards(st.finalbody, conds)
             elif isinstance(st, (ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith)):
+                if not isinstance(st, (ast.With, ast.AsyncWith)):
+                    self.loops.append((st.lineno, getattr(st, "end_lineno", None) or st.lineno))
                 self._scan_guards(st.body, conds)
                 self._scan_guards(getattr(st, "orelse", []), conds)
 
@@ -271,8 +306,10 @@ class Taint:
                 return 0
             if e.id in C.RANK_NAMES and e.id not in self.assigned:
                 return 2  # a parameter or global named like the rank; a local takes what it is given
-            if self._direct:
-                return self.env.get(e.id, 0)
+            if self._at is not None and e.id not in self.shared:
+                sites = self.sites.get(e.id)
+                if sites is not None:
+                    return self._reaching(sites)
             return self.env.get(e.id, 0)
         if isinstance(e, ast.Attribute):
             if e.attr in C.RANK_NAMES or C.RANK_ATTR_RE.match(e.attr):
@@ -298,6 +335,12 @@ class Taint:
             return max(self.level(e.value), self.level(e.slice))
         if isinstance(e, (ast.Lambda,)):
             return 0
+        if isinstance(e, ast.Compare) and len(e.ops) == 1 and isinstance(e.ops[0], (ast.Is, ast.IsNot)) and \
+                isinstance(e.left, ast.Name) and isinstance(e.comparators[0], ast.Constant) and \
+                e.comparators[0].value is None:
+            lv = self._set_level(e.left.id)
+            if lv is not None:
+                return lv
         lv = 0
         for c in ast.iter_child_nodes(e):
             if isinstance(c, ast.expr):
@@ -307,6 +350,73 @@ class Taint:
             elif isinstance(c, ast.comprehension):
                 lv = max(lv, self.level(c.iter), max([self.level(x) for x in c.ifs] or [0]))
         return lv
+
+    def _set_level(self, name):
+        """Level of ``name is None`` when every assignment of the local ``name`` in this function
+        constructs an object (a call of a capitalised name: a class, which never returns None):
+        the test asks whether it was assigned, so only the branches it is assigned under count,
+        not what the object was built from (``cdb = TorchBackend(backend, rank, world)`` then
+        ``if cdb is None:``). None when that is not the case (any other assignment, a
+        parameter the caller may hand None, an ``except`` handler)."""
+        if name in self._fn_params or name not in self.assigned:
+            return None
+        if name in self._asking:
+            return 0  # `if x is None: x = X()`: the test itself adds nothing
+        self._asking.add(name)
+        try:
+            return self._set_level_of(name)
+        finally:
+            self._asking.discard(name)
+
+    def _set_level_of(self, name):
+        lv = 0
+        for target, value, conds, part in self._assigns:
+            if not (isinstance(target, ast.Name) and target.id == name):
+                if name in _names(target):
+                    return None
+                continue
+            if part is not None or not isinstance(value, ast.Call):
+                return None
+            d = dotted(value.func)
+            if not d or not d[-1][:1].isupper():
+                return None
+            for kind, c in conds:
+                if kind == "except":
+                    return None
+                lv = max(lv, self.test_level(c))
+        return lv
+
+    def _agreed(self, e):
+        """True for per-rank-named data that the code made equal on every rank: a local handed
+        to an agreeing collective, a ``self`` attribute only ever assigned such a value
+        (deepspeed's ``self.batch = batch.tolist()`` after ``broadcast(batch, 0)``): its size
+        agrees too."""
+        if isinstance(e, ast.Name):
+            return e.id in self.agreed
+        d = dotted(e)
+        if d and d[0] == "self" and len(d) == 2 and self.cls and self.project is not None:
+            return (self.cls, d[1]) in getattr(self.mod, "attr_agreed", ())
+        return False
+
+    def _reaching(self, sites):
+        """The highest level of the assignments in ``sites`` ({line: level}) that can reach a
+        read at line ``self._at``: those before it, and those in a loop around both."""
+        at = self._at
+        lv = 0
+        for line, l in sites.items():
+            if l > lv and (line < at or any(a <= line <= b and a <= at <= b for a, b in self.loops)):
+                lv = l
+        return lv
+
+    def level_at(self, e, line):
+        """:meth:`level` of ``e`` read at ``line``: a local's assignments later in the function
+        (outside any loop around both) do not count."""
+        saved = self._at
+        self._at = line
+        try:
+            return self.level(e)
+        finally:
+            self._at = saved
 
     def test_level(self, e):
         """Level of a condition: as :meth:`level`, and the truth of per-rank data (``if batch:``,
@@ -319,7 +429,7 @@ class Taint:
         lv = self.level(e)
         if lv < 2:
             inner = e.operand if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not) else e
-            if isinstance(inner, (ast.Name, ast.Attribute)) and _data_name(inner):
+            if isinstance(inner, (ast.Name, ast.Attribute)) and _data_name(inner) and not self._agreed(inner):
                 lv = max(lv, 1)
             elif lv == 0 and _emptiness(inner):
                 lv = 1
@@ -346,6 +456,8 @@ class Taint:
             return 0
         if name in _TYPE_CALLS and isinstance(f, ast.Name):
             return 0
+        if name in _STATE_CALLS and isinstance(f, ast.Attribute):
+            return 0  # whether the process group exists: the same answer on every rank
         if name in _PLACE_CALLS:
             return self.level(f.value) if isinstance(f, ast.Attribute) and name != "device" else 0
         parts = dotted(f)
@@ -359,9 +471,10 @@ class Taint:
             return 1
         if isinstance(f, ast.Attribute) and name in C.LOCAL_METHODS and q is None:
             return 1
-        if name == "len" and call.args and _data_name(call.args[0]):
+        if name == "len" and call.args and _data_name(call.args[0]) and not self._agreed(call.args[0]):
             return 1
-        if isinstance(f, ast.Attribute) and name in ("numel", "size", "__len__") and _data_name(f.value):
+        if isinstance(f, ast.Attribute) and name in ("numel", "size", "__len__") and _data_name(f.value) and \
+                not self._agreed(f.value):
             return 1
         if name in C.LOCAL_DATA_CALLS or (isinstance(f, ast.Attribute) and name in C.LOCAL_DATA_METHODS):
             return max(1, self._args_level(call))
@@ -427,6 +540,8 @@ _EQUAL_COUNT = {"DistributedSampler", "ElasticDistributedSampler", "DistributedB
                 "prepare_data_loader", "prepare", "skip_first_batches"}
 #: calls whose answer is about a value's type or layout, the same on every rank
 _TYPE_CALLS = {"hasattr", "isinstance", "issubclass", "callable", "type"}
+#: methods that say whether the communication library is set up (any backend object's)
+_STATE_CALLS = {"is_initialized", "Is_initialized", "Is_finalized"}
 #: calls that place a value on a device: the device is rank-dependent, the content is not
 _PLACE_CALLS = {"to", "cuda", "set_device", "device", "pin_memory", "to_empty"}
 #: attributes of a progress bar that count what it displayed (tqdm's ``n``)

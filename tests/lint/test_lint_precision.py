@@ -164,6 +164,48 @@ class Trainer:
         if dist.get_rank() == 0:  # BRANCH
             return self.model(x)  # HERE
 """),
+    "a_later_assignment_reaches_an_earlier_read_inside_a_loop_around_both": ("HK101", """
+import torch.distributed as dist
+
+def run(t, opts, n):
+    for i in range(n):
+        every = opts.get("every", 1)
+        if every > 1:  # BRANCH
+            dist.barrier()  # HERE
+        opts = {"every": dist.get_rank()}
+"""),
+    "is_none_of_an_object_built_only_on_some_ranks": ("HK101", """
+import torch.distributed as dist
+
+class Writer:
+    pass
+
+def run(rank):
+    writer = Writer() if rank == 0 else None
+    if writer is not None:  # BRANCH
+        dist.barrier()  # HERE
+"""),
+    "size_of_per_rank_data_not_agreed": ("HK201", """
+import torch
+import torch.distributed as dist
+
+class Sampler:
+    def __init__(self, reader):
+        self.reader = reader
+        self.batch = []
+
+    def refill(self):
+        seed = torch.zeros(1)
+        dist.broadcast(seed, 0)
+        self.reader.seed(int(seed.item()))
+        self.batch = self.reader.next_shard()
+
+    def __iter__(self):
+        while True:
+            if len(self.batch) == 0:  # BRANCH
+                self.refill()  # HERE
+            yield self.batch.pop()
+"""),
 }
 
 SILENT = {
@@ -344,6 +386,57 @@ class Trainer:
 def main(ds):
     sampler = DistributedSampler(ds, rank=dist.get_rank())
     Trainer(DataLoader(ds, sampler=sampler)).train()
+""",
+    "a_later_assignment_does_not_reach_an_earlier_read": """
+import torch.distributed as dist
+
+def log(msg, **kwargs):
+    in_order = kwargs.pop("in_order", False)
+    if in_order:
+        dist.barrier()
+    if dist.get_rank() == 0:
+        kwargs = dict(kwargs, rank=0)
+    return msg, kwargs
+""",
+    "is_none_of_a_constructed_backend_and_is_initialized": """
+import torch.distributed as dist
+
+class Backend:
+    def __init__(self, rank, world):
+        self.rank = rank
+
+    def is_initialized(self):
+        return dist.is_initialized()
+
+backend = None
+
+def init(rank, world, required=None):
+    global backend
+    if required is None:
+        required = backend is None or not backend.is_initialized()
+    if required:
+        dist.barrier()
+    backend = Backend(rank, world)
+""",
+    "size_of_data_broadcast_from_rank_0": """
+import torch
+import torch.distributed as dist
+
+class Sampler:
+    def __init__(self, size):
+        self.size = size
+        self.batch = []
+
+    def refill(self):
+        batch = torch.empty(self.size, dtype=torch.long)
+        dist.broadcast(batch, 0)
+        self.batch = batch.tolist()
+
+    def __iter__(self):
+        while True:
+            if len(self.batch) == 0:
+                self.refill()
+            yield self.batch.pop()
 """,
 }
 
