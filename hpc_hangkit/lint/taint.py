@@ -105,9 +105,9 @@ class Taint:
                 if id(n) not in self.single:
                     assigns.append((n.target, n.value, self.guards.get(id(n), ()), None))
             elif isinstance(n, (ast.For, ast.AsyncFor)):
-                assigns.append((n.target, n.iter, (), "element"))
+                assigns.extend(self._loop_pairs(n.target, n.iter))
             elif isinstance(n, ast.comprehension):
-                comps.append((n.target, n.iter, (), "element"))
+                comps.extend(self._loop_pairs(n.target, n.iter))
             elif isinstance(n, ast.NamedExpr):
                 assigns.append((n.target, n.value, (), None))
             elif isinstance(n, ast.withitem) and n.optional_vars is not None:
@@ -177,6 +177,18 @@ class Taint:
                     for name in _names(target):
                         self.guarded_by.setdefault(name, c)
                     break
+
+    def _loop_pairs(self, target, it):
+        """A loop's assignments: ``for i, x in enumerate(xs)`` gives ``i`` the iteration's
+        number (the same on every rank in that iteration: how many iterations there are is the
+        loop's trip count, checked apart) and ``x`` an element of ``xs``."""
+        if isinstance(target, ast.Tuple) and len(target.elts) == 2 and isinstance(it, ast.Call) and \
+                isinstance(it.func, ast.Name) and it.func.id == "enumerate" and \
+                "enumerate" not in self.mod.imports and it.args and not isinstance(it.args[0], ast.Starred):
+            start = it.args[1] if len(it.args) > 1 else next(
+                (k.value for k in it.keywords if k.arg == "start"), ast.Constant(0))
+            return [(target.elts[0], start, (), None), (target.elts[1], it.args[0], (), "element")]
+        return [(target, it, (), "element")]
 
     def _scan_guards(self, stmts, conds):
         """Record the branch conditions each assignment statement is under (control

@@ -206,6 +206,14 @@ class Sampler:
                 self.refill()  # HERE
             yield self.batch.pop()
 """),
+    "enumerate_over_per_rank_files_counts_their_number": ("HK205", """
+import os
+import torch.distributed as dist
+
+def run(t, d):
+    for i, name in enumerate(os.listdir(d)):  # BRANCH
+        dist.all_reduce(t)  # HERE
+"""),
 }
 
 SILENT = {
@@ -437,6 +445,16 @@ class Sampler:
             if len(self.batch) == 0:
                 self.refill()
             yield self.batch.pop()
+""",
+    "the_index_of_enumerate_is_the_iteration_number": """
+import random
+import torch.distributed as dist
+
+def run(t, n):
+    items = [random.random() for _ in range(n)]
+    for step, x in enumerate(items):
+        if step == n - 1:
+            dist.barrier()
 """,
 }
 
