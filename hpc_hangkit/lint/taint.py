@@ -80,10 +80,10 @@ class Taint:
         self._at = None
         self._fn_params = set()
         self._asking = set()
-        self._run(facts)
+        self._run()
 
     # -------------------------------------------------------------- environment
-    def _run(self, facts=None):
+    def _run(self):
         assigns = []
         comps = []
         local = self.mod.local.get(id(self.fn))
@@ -123,11 +123,8 @@ class Taint:
                 assigns.append(c)
                 anywhere.add(id(c[1]))
         self._assigns = assigns
-        count = {}
         for target, _, _, _ in assigns:
-            for name in _names(target):
-                count[name] = count.get(name, 0) + 1
-        self.assigned.update(count)
+            self.assigned.update(_names(target))
         self._fn_params = set(_params(self.fn)) if isinstance(
             self.fn, (ast.FunctionDef, ast.AsyncFunctionDef)) else set()
         for name, lv in self.params.items():
