@@ -240,10 +240,15 @@ def test_mpiexec_ranks_armed(spawn, tmp_path):
         pytest.skip("mpiexec (pip install mpich) is not on PATH")
     scratch = tmp_path / "s"
     script = tmp_path / "prog.py"
-    script.write_text("import os, time\ntime.sleep(1.2)  # before any user call\nprint(os.getpid())\n")
+    pids_dir = tmp_path / "pids"
+    pids_dir.mkdir()
+    # each rank names its pid in a file of its own: mpiexec forwards the ranks' stdout in
+    # chunks, so two printed pids can arrive as one line ("2577125772")
+    script.write_text("import os, time\ntime.sleep(1.2)  # before any user call\n"
+                      "open(os.path.join(%r, str(os.getpid())), 'w').close()\n" % str(pids_dir))
     rc, out, err = run(spawn, [mpiexec, "-n", "2", PYTHON, str(script)], job_env(scratch))
     assert rc == 0, err
-    pids = sorted(int(x) for x in out.split())
+    pids = sorted(int(x) for x in os.listdir(str(pids_dir)))
     logs = sorted(glob.glob(str(scratch / "watchdog" / "*.log")))
     got = sorted(layout.parse_rank_file_name(os.path.basename(l))[:2] for l in logs)
     assert [r for r, _ in got] == [0, 1] and sorted(p for _, p in got) == pids

@@ -2,6 +2,7 @@
 aside, the per-run file cap defers (never drops) files, and a collector killed at
 its deadline leaves ``timeout`` with a reason. The 100k-file case is marked slow.
 """
+import contextlib
 import json
 import os
 import signal
@@ -133,10 +134,13 @@ def test_deadline_states_are_recorded_with_a_reason(area):
     """A budget spent before all files are started: every file not copied is
     ``pending`` with a reason, the manifest ``incomplete`` or ``timeout`` with one."""
     uid, gid, _ = job_user()
-    # more files than an idle machine copies in the budget
-    files = {"unwatched/f%05d" % i: b"x" * 100 for i in range(10000)}
+    files = {"unwatched/f%05d" % i: b"x" * 100 for i in range(2000)}
     d = area.make_attempt("720", 0, uid, gid, files)
-    res = _collect(area, "720", budget=1.0)
+    dest = os.path.join(area.storage, "720")
+    # the copy is stopped once it has stored a file: the budget always ends part-way
+    with _copy_stopped_when(lambda: any(n.startswith("f") for _, _, ns in os.walk(dest) for n in ns)) as stopped:
+        res = _collect(area, "720", budget=3.0)
+    assert stopped, "the copy finished before a stored file was seen"
     man = copy.read_manifest(d)
     assert res["status"] in ("incomplete", "timeout"), res
     assert man is not None and man["status"] == res["status"], (res, man and man["status"])
@@ -147,7 +151,6 @@ def test_deadline_states_are_recorded_with_a_reason(area):
         copy.MANIFEST_NAME, copy.LOCK_NAME, copy.JOURNAL_NAME}
 
 
-@pytest.mark.timeout(180)
 def _children():
     """Process ids of this process's children (every thread's)."""
     out = []
@@ -160,6 +163,34 @@ def _children():
     return out
 
 
+@contextlib.contextmanager
+def _copy_stopped_when(seen):
+    """Stop (SIGSTOP) the collector's copying child as soon as ``seen()`` is true, so the
+    budget runs out with the copy part-way however fast this machine copies; yields the
+    list of the stopped pids (empty if the copy ended first)."""
+    stopped = []
+    done = threading.Event()
+    before = set(_children())
+
+    def watch():
+        while not done.is_set():
+            kids = [pid for pid in _children() if pid not in before]
+            if kids and seen():
+                for pid in kids:
+                    os.kill(pid, signal.SIGSTOP)
+                stopped.extend(kids)
+                return
+            time.sleep(0.001)
+    t = threading.Thread(target=watch)
+    t.start()
+    try:
+        yield stopped
+    finally:
+        done.set()
+        t.join()
+
+
+@pytest.mark.timeout(180)
 def test_killed_collector_leaves_timeout_with_reason(area):
     """The copy child killed at the budget in the middle of one big file: the manifest
     says ``timeout`` with the reason, the file stays local, and the next run stores it
@@ -175,28 +206,9 @@ def test_killed_collector_leaves_timeout_with_reason(area):
     for root, dirs, files in os.walk(d):
         for n in dirs + files:
             os.lchown(os.path.join(root, n), uid, gid)
-    stopped = []
-    done = threading.Event()
-    before = set(_children())
-
-    def stop_mid_file():
-        dest = os.path.join(area.storage, "730")
-        while not done.is_set():
-            tmp = [n for _, _, ns in os.walk(dest) for n in ns if n.startswith(".rank_0.json.")]
-            kids = [pid for pid in _children() if pid not in before]
-            if tmp and kids:
-                for pid in kids:
-                    os.kill(pid, signal.SIGSTOP)
-                stopped.extend(kids)
-                return
-            time.sleep(0.001)
-    t = threading.Thread(target=stop_mid_file)
-    t.start()
-    try:
+    with _copy_stopped_when(lambda: [n for _, _, ns in os.walk(os.path.join(area.storage, "730"))
+                                     for n in ns if n.startswith(".rank_0.json.")]) as stopped:
         res = _collect(area, "730", budget=5.0)
-    finally:
-        done.set()
-        t.join()
     assert stopped, "the copy finished before its temporary file was seen"
     assert res["status"] == "timeout", res
     man = copy.read_manifest(d)
