@@ -178,6 +178,10 @@ grant_search() { # path
 	done
 }
 grant_search "$PY"
+# a virtual environment's python is a link to its base interpreter (pyenv under /root, say),
+# whose binary and standard library the job's user must reach too
+grant_search "$(readlink -f "$PY")"
+grant_search "$("$PY" -c 'import os; print(os.__file__)')"
 grant_search "$REPO/hpc_hangkit"
 for m in hpc_hangkit torch; do
 	f=$(PYTHONPATH=$REPO "$PY" -c "import importlib.util as u; s = u.find_spec('$m'); print(s.origin if s else '')" 2>/dev/null || true)
