@@ -2,12 +2,11 @@
 naming the owner's uid and who can collect it, exit status 4 (cli/collect.py)."""
 import io
 import os
-import pickle
 import sys
 
 import pytest
 
-from collect_helpers import area, job_user, need_root  # noqa: F401 (area: fixture)
+from collect_helpers import area, as_uid, job_user, need_root  # noqa: F401 (area: fixture)
 
 #: a uid with no files anywhere: the caller who is not the job's owner
 STRANGER = 54321
@@ -30,34 +29,11 @@ def _run(argv):
 
 
 def _as_stranger(argv):
-    """:func:`_run` in a forked child that dropped to STRANGER. The interpreter's own
-    files may be unreadable to that uid, so the caller runs the command once before
-    (as root) and the child imports nothing new."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child
-        os.close(r)
-        out = (99, "child failed before running the command")
-        try:
-            os.setgroups([])
-            os.setresgid(STRANGER, STRANGER, STRANGER)
-            os.setresuid(STRANGER, STRANGER, STRANGER)
-            out = _run(argv)
-        except BaseException as e:  # report it to the parent, never run the parent's code
-            out = (99, "child failed: %r" % e)
-        finally:
-            os.write(w, pickle.dumps(out))
-            os._exit(0)
-    os.close(w)
-    data = b""
-    while True:
-        chunk = os.read(r, 65536)
-        if not chunk:
-            break
-        data += chunk
-    os.close(r)
-    os.waitpid(pid, 0)
-    return pickle.loads(data)
+    """:func:`_run` in a forked child that dropped to STRANGER (collect_helpers.as_uid). The
+    interpreter's own files may be unreadable to that uid, so the caller runs the command
+    once before (as root) and the child imports nothing new."""
+    got = as_uid(STRANGER, STRANGER, lambda: _run(argv))
+    return (99, "child failed: %s" % got) if isinstance(got, str) else got
 
 
 @pytest.mark.timeout(60)
