@@ -56,13 +56,16 @@ def test_vanished_record_read_by_the_roll_call(tmp_path):
     path = write_vanished(str(tmp_path), 3, 4242, "node-1", "zombie", t=1700000000.0)
     assert os.path.relpath(path, str(tmp_path)) == os.path.join(layout.VANISHED_DIR, "rank_3.pid4242.txt")
     assert open(path).read() == "# hpc-hangkit vanished pid=4242 host=node-1 t=1700000000.000 seen=zombie\n"
-    got = read_dir(str(tmp_path))
-    assert got.tracebacks[3].error == ("vanished (pid 4242 gone with no exit record: SIGKILL, "
-                                       "the OOM killer or os._exit)")
+    from hpc_hangkit.parse.exits import ExitHow
+    from hpc_hangkit.rollcall.prose import exit_text
+    end = read_dir(str(tmp_path)).tracebacks[3].end       # the fact, typed; the words from prose
+    assert (end.how, end.pid) == (ExitHow.VANISHED, 4242)
+    assert exit_text(end) == "vanished (pid 4242 gone with no exit record: SIGKILL, the OOM killer or os._exit)"
     ex = tmp_path / layout.EXITS_DIR
     ex.mkdir()
     (ex / "rank_3.pid4242.txt").write_text("# hpc-hangkit exit how=normal status=0\n")
-    assert read_dir(str(tmp_path)).tracebacks[3].error == "exited normally (status 0)"
+    end = read_dir(str(tmp_path)).tracebacks[3].end
+    assert end.how is ExitHow.NORMAL and exit_text(end) == "exited normally (status 0)"
     with pytest.raises(ValueError):
         write_vanished(str(tmp_path), 3, 4242, "../x", "zombie")
 
