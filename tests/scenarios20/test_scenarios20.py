@@ -118,29 +118,23 @@ def test_bincount_sizes_differ_at_one_line(spawn, tmp_path, port):
     assert "ranks 0,2-3 sizes [[8]]; rank 1 sizes [[7]]" in txt
 
 
-@pytest.mark.torch
-@pytest.mark.timeout(200)
-def test_rank_blocked_on_a_child_process(spawn, tmp_path, port):
-    s = "child_wait.py"
-    m = marks(s)
-    rep, txt = hang(spawn, tmp_path, port, s)
-    assert rep["verdict"] == "MISSED" and rep["suspect_ranks"] == [0], txt
-    waiting, blocked = group(rep, 1), group(rep, 0)
-    assert waiting["ranks"] == [1, 2, 3] and at(waiting, s, m["TRAIN"], "train"), txt
-    assert blocked["ranks"] == [0] and at(blocked, s, m["CHILD"], "run_eval_tool"), txt
-    check_branch(blocked, s, m["BRANCH"], "own_frames", txt)
+#: one rank held outside the collective by its own code, inside a rank-dependent block:
+#: (program, held rank, its line's mark, its function)
+HELD = [("child_wait.py", 0, "CHILD", "run_eval_tool"),      # waits on a child process
+        ("py_deadlock.py", 1, "LOCK", "flush_metrics")]      # a Python lock it already holds
 
 
 @pytest.mark.torch
 @pytest.mark.timeout(200)
-def test_python_lock_deadlock_on_one_rank(spawn, tmp_path, port):
-    s = "py_deadlock.py"
+@pytest.mark.parametrize("s, held, mark, func", HELD, ids=[h[0][:-3] for h in HELD])
+def test_one_rank_held_by_its_own_code(spawn, tmp_path, port, s, held, mark, func):
     m = marks(s)
     rep, txt = hang(spawn, tmp_path, port, s)
-    assert rep["verdict"] == "MISSED" and rep["suspect_ranks"] == [1], txt
-    waiting, stuck = group(rep, 0), group(rep, 1)
-    assert waiting["ranks"] == [0, 2, 3] and at(waiting, s, m["TRAIN"], "train"), txt
-    assert stuck["ranks"] == [1] and at(stuck, s, m["LOCK"], "flush_metrics"), txt
+    assert rep["verdict"] == "MISSED" and rep["suspect_ranks"] == [held], txt
+    others = [r for r in range(4) if r != held]
+    waiting, stuck = group(rep, others[0]), group(rep, held)
+    assert waiting["ranks"] == others and at(waiting, s, m["TRAIN"], "train"), txt
+    assert stuck["ranks"] == [held] and at(stuck, s, m[mark], func), txt
     check_branch(stuck, s, m["BRANCH"], "own_frames", txt)
 
 
