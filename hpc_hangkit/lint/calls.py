@@ -17,6 +17,7 @@ from hpc_hangkit.lint.model import FUNC_RANKISH, FuncFacts, defaults_of, dotted,
 from hpc_hangkit.lint.taint import Taint, call_kind
 from hpc_hangkit.lint.taint import _AGREEING_ARG0, _AGREEING_ARG1
 from hpc_hangkit.lint.taint import _is_flag as _flag
+from hpc_hangkit.lint.taint import _EQUAL_COUNT
 
 __all__ = ["Project", "call_ref"]
 
@@ -97,6 +98,8 @@ class Project:
         self._extra_rank = None
         #: (module, its imported names of rank-local calls) for the module whose facts are built
         self._local_alias = None
+        #: the saves of the module whose facts are built (:func:`_saved_attrs`), indexed on demand
+        self._saved = None
 
     # ------------------------------------------------------------ building
     def add(self, mod):
@@ -141,8 +144,10 @@ class Project:
             fns.append(ff)
         for ff in fns:
             self._types(mod, ff)
+        self._saved = (mod, fns)
         for ff in fns:
             self._facts(mod, ff)
+        self._saved = None
 
     def _types(self, mod, ff):
         """What objects are built from: ``x = TreeClass(...)`` (``var_types``), ``self.x =
@@ -208,12 +213,21 @@ class Project:
                             # trip-count level (a loader with a DistributedSampler: 0), as the
                             # values are at the call's line (not what is assigned later)
                             taint._at = n.lineno
-                            lv = {i: taint.trip_level(a) for i, a in enumerate(n.args)
-                                  if not isinstance(a, ast.Starred)}
-                            lv.update((k.arg, taint.trip_level(k.value)) for k in n.keywords
-                                      if k.arg and k.arg not in C.DISPLAY_KEYWORDS and not _flag(k.value))
+                            handed = [(i, a) for i, a in enumerate(n.args) if not isinstance(a, ast.Starred)]
+                            handed += [(k.arg, k.value) for k in n.keywords
+                                       if k.arg and k.arg not in C.DISPLAY_KEYWORDS and not _flag(k.value)]
+                            lv = {}
+                            for k, a in handed:
+                                got = taint.trip_level(a)
+                                src = taint.elem_src(a.id, n.lineno) if got and isinstance(a, ast.Name) else None
+                                refs = [(call_ref(mod, ff.cls, ff.qualname, c), i) for c, i in src or ()]
+                                if refs and all(r is not None for r, _ in refs):
+                                    # an element of a tuple a tree call returns: its own level,
+                                    # known once the callee's facts are (after propagation)
+                                    ff.elem_args.append((ref, k, refs, got))
+                                elif got:
+                                    lv[k] = got
                             taint._at = None
-                            lv = {k: v for k, v in lv.items() if v}
                             if lv:
                                 ff.arg_calls.append((ref, lv))
             elif isinstance(n, ast.Return) and n.value is not None:
@@ -237,7 +251,7 @@ class Project:
                     if key is None:
                         continue
                     attr_vals.append((key, n.value))
-                    if taint is not None:
+                    if taint is not None and not self._restored(ff.cls, key, n.value):
                         lv = max(taint.level_at(n.value, n.lineno), taint.guard_level(n))
                         if lv > mod.attr_levels.get((ff.cls, key), 0):
                             mod.attr_levels[(ff.cls, key)] = lv
@@ -255,6 +269,19 @@ class Project:
                 not any(isinstance(x, ast.Starred) for r in rets for x in r.elts):
             ff.ret_elems = [max(taint.level_at(r.elts[i], r.lineno) for r in rets) if taint is not None else 0
                             for i in range(len(rets[0].elts))]
+            if taint is not None:
+                trips = []
+                for i in range(len(rets[0].elts)):
+                    lv = 0
+                    for r in rets:
+                        taint._at = r.lineno
+                        lv = max(lv, taint.trip_level(r.elts[i]))
+                    trips.append(lv)
+                taint._at = None
+                ff.ret_elem_trips = trips
+        if rets and ff.qualname != "<module>":
+            stmts = [x for x in (local if local is not None else walk_local(node)) if isinstance(x, ast.Return)]
+            ff.equal_count = all(_equal_count_return(node, r) for r in stmts)
         if rets and params:
             ff.ret_params = _flows_from(rets, local if local is not None else walk_local(node), params)
         if rets or attr_vals:
@@ -282,6 +309,16 @@ class Project:
         if ff.marked and ff.direct is None:
             ff.direct = ff.qualname.rsplit(".", 1)[-1] + "()"
             ff.direct_line = ff.line
+
+    def _restored(self, cls, attr, value):
+        """:func:`_restored` for the module whose facts are built (its saves indexed once, when
+        a restore-shaped assignment first asks)."""
+        if not ((isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and
+                 value.func.attr == "get" and value.args) or isinstance(value, ast.Subscript)):
+            return False
+        if isinstance(self._saved, tuple):
+            self._saved = _saved_attrs(*self._saved)
+        return _restored(self._saved, cls, attr, value)
 
     def _rankish(self, mod, ff):
         """The text of function ``ff`` names something the taint reads a level from
@@ -527,6 +564,7 @@ class Project:
             for ref, line, _col, info in ff.calls:
                 callee = self.resolve(ref)
                 if callee is not None:
+                    callee.called = True
                     callee = self.specialized(callee, ref, info, nodes)
                     callers.setdefault(id(callee), []).append((ff, line))
                 elif ff.witness is None and ref[0] == "q" and self.classify_q(ref[1], ref[2]) == "collective":
@@ -594,7 +632,18 @@ class Project:
         dataset)`` with a rank-sharded dataset): into the callee's parameters, and from there
         into ``self`` attributes that ``__init__`` (or any method) builds from them."""
         for ff in list(self.funcs.values()):
-            for ref, levels in ff.arg_calls:
+            calls = ff.arg_calls
+            if ff.elem_args:
+                calls = list(calls)
+                for ref, k, refs, fallback in ff.elem_args:
+                    lv = 0
+                    for r, i in refs:
+                        src = self.resolve(r)
+                        trips = src.ret_elem_trips if src is not None else None
+                        lv = max(lv, trips[i] if trips is not None and i < len(trips) else fallback)
+                    if lv:
+                        calls.append((ref, {k: lv}))
+            for ref, levels in calls:
                 callee = self.resolve(ref)
                 bound = 0
                 if callee is None and ref[0] in ("q", "local"):
@@ -771,6 +820,71 @@ class Project:
                         else ff.witness))
             ff = nxt
         return out
+
+
+def _saved_attrs(mod, fns):
+    """``{(class, key dump, attr)}``: ``state[K] = self.attr`` (or ``{K: self.attr}``) in a
+    method of the class: what the class saves under key ``K``."""
+    out = set()
+    for ff in fns:
+        if not ff.cls:
+            continue
+        local = mod.local.get(id(ff.node))
+        for n in (local if local is not None else walk_local(ff.node)):
+            if isinstance(n, ast.Assign) and isinstance(n.value, ast.Attribute):
+                attr = _self_attr(n.value)
+                if attr is not None:
+                    for t in n.targets:
+                        if isinstance(t, ast.Subscript):
+                            out.add((ff.cls, ast.dump(t.slice), attr))
+            elif isinstance(n, ast.Dict):
+                for k, v in zip(n.keys, n.values):
+                    attr = _self_attr(v) if k is not None and isinstance(v, ast.Attribute) else None
+                    if attr is not None:
+                        out.add((ff.cls, ast.dump(k), attr))
+    return out
+
+
+def _restored(saved, cls, attr, value):
+    """True for ``self.attr = state.get(K, ...)`` / ``state[K]`` where the class saves
+    ``self.attr`` under the same ``K`` (:func:`_saved_attrs`): a round trip through a
+    checkpoint gives back what a rank saved from this attribute, so the restore adds nothing
+    to the attribute's level (rank-indexed checkpoint lists included: each entry holds that
+    attribute as its rank had it)."""
+    if not saved:
+        return False
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "get" and \
+            value.args:
+        key = value.args[0]
+    elif isinstance(value, ast.Subscript):
+        key = value.slice
+    else:
+        return False
+    return (cls, ast.dump(key), attr) in saved
+
+
+def _equal_count_return(fn, ret):
+    """True when return statement ``ret`` of function ``fn`` hands back a loader that gives
+    every rank as many items: a call of :data:`~hpc_hangkit.lint.taint._EQUAL_COUNT`
+    (``accelerator.prepare(dl)``) or one with a ``sampler=``, or a local whose last
+    assignment before a top-level ``return`` is one (``dl = accelerator.prepare(dl)`` then
+    ``return dl``: that assignment replaces what ``dl`` held)."""
+    v = ret.value
+    if isinstance(v, ast.Name) and any(st is ret for st in fn.body):
+        last = None
+        for st in fn.body[:[i for i, st in enumerate(fn.body) if st is ret][0]]:
+            if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name) and \
+                    st.targets[0].id == v.id:
+                last = st
+            elif last is not None and v.id in _assigned(ast.walk(st)):
+                last = None  # assigned again under a branch or loop after it
+        if last is None:
+            return False
+        v = last.value
+    if not isinstance(v, ast.Call):
+        return False
+    d = dotted(v.func)
+    return bool(d) and (d[-1] in _EQUAL_COUNT or any(k.arg in ("sampler", "batch_sampler") for k in v.keywords))
 
 
 def _local_aliases(mod):

@@ -42,7 +42,8 @@ class FuncFacts:
     __slots__ = ("module", "path", "qualname", "cls", "line", "calls", "direct", "direct_line", "marked",
                  "ret_level", "ret_calls", "noreturn", "witness", "via", "node", "params", "param_levels",
                  "arg_calls", "attr_params", "raises", "var_types", "ret_elems", "ret_params", "defaults",
-                 "directs", "cond_ranges", "tested", "general", "ret_agreed", "agreed_attrs")
+                 "directs", "cond_ranges", "tested", "general", "ret_agreed", "agreed_attrs",
+                 "ret_elem_trips", "equal_count", "elem_args", "called")
 
     def __init__(self, module, qualname, cls, line, node, path=None):
         self.module = module
@@ -98,6 +99,18 @@ class FuncFacts:
         #: ``(class, attr) -> True or {refs}``: ``self.attr = <agreed value>`` in this function
         #: (the result of a collective, a local agreed through one, a tree call returning one)
         self.agreed_attrs = {}
+        #: as :attr:`ret_elems`, the trip count's level of each element (a loader with a
+        #: ``DistributedSampler``: 0 even when built with the rank)
+        self.ret_elem_trips = None
+        #: every return hands back a loader that gives every rank as many items (a prepared
+        #: loader, one with a distributed sampler): a loop over its value has a uniform trip count
+        self.equal_count = False
+        #: ``[(call ref, param index or keyword, [(tree call ref, element index)], level)]``:
+        #: arguments that are elements of a tuple a tree call returned (``model, dl =
+        #: get_problem(rank)`` then ``Wrapper(model)``), resolved after propagation
+        self.elem_args = []
+        #: a call in the tree resolves to it (after propagation)
+        self.called = False
 
 
 def _params(node):

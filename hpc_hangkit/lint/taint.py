@@ -63,7 +63,10 @@ class Taint:
         self.trip_env = {}
         if facts is None and project is not None:
             facts = _facts_of(project, mod, fn)
+        self.facts = facts
         self.params = dict(facts.param_levels) if facts is not None else {}
+        #: names indexed by every rank's number (``for i in range(world_size): xs[i]``), or None
+        self._tables = None
         self._assigns = []
         #: id(condition) -> mentions_membership(condition), asked once per condition
         self._members = {}
@@ -123,7 +126,7 @@ class Taint:
                 assigns.append(c)
                 anywhere.add(id(c[1]))
         self._assigns = assigns
-        for target, _, _, _ in assigns:
+        for target, value, conds, part in assigns:
             self.assigned.update(_names(target))
         self._fn_params = set(_params(self.fn)) if isinstance(
             self.fn, (ast.FunctionDef, ast.AsyncFunctionDef)) else set()
@@ -131,6 +134,7 @@ class Taint:
             if lv and name not in self.assigned:
                 self.env[name] = lv
         lines = [0 if id(value) in anywhere else getattr(value, "lineno", 0) for _, value, _, _ in assigns]
+        self._lines = lines
         for _ in range(3):
             changed = False
             for (target, value, conds, part), line in zip(assigns, lines):
@@ -209,7 +213,7 @@ class Taint:
             elif isinstance(st, ast.Try) or type(st).__name__ == "TryStar":
                 self._scan_guards(st.body, conds)
                 for h in st.handlers:
-                    self._scan_guards(h.body, conds + (("except", None),))
+                    self._scan_guards(h.body, conds if _optional_import(st, h) else conds + (("except", None),))
                 self._scan_guards(st.orelse, conds)
                 self._scan_guards(st.finalbody, conds)
             elif isinstance(st, (ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith)):
@@ -440,7 +444,7 @@ class Taint:
             inner = e.operand if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not) else e
             if isinstance(inner, (ast.Name, ast.Attribute)) and _data_name(inner) and not self._agreed(inner):
                 lv = max(lv, 1)
-            elif lv == 0 and _emptiness(inner):
+            elif lv == 0 and _emptiness(inner) and not self._fed_uniform(inner):
                 lv = 1
         return lv
 
@@ -480,6 +484,15 @@ class Taint:
             return 1
         if isinstance(f, ast.Attribute) and name in C.LOCAL_METHODS and q is None:
             return 1
+        if (name in _SIZE_METHODS or name == "size") and isinstance(f, ast.Attribute) and \
+                isinstance(f.value, ast.Subscript):
+            table = self._table(f.value)
+            if table is not None:
+                return self.level(table)
+        if name == "len" and call.args and isinstance(call.args[0], ast.Subscript):
+            table = self._table(call.args[0])
+            if table is not None:
+                return self.level(table)
         if name == "len" and call.args and _data_name(call.args[0]) and not self._agreed(call.args[0]):
             return 1
         if isinstance(f, ast.Attribute) and name in ("numel", "size", "__len__") and _data_name(f.value) and \
@@ -502,6 +515,58 @@ class Taint:
         if isinstance(f, ast.Attribute):
             lv = max(lv, self.level(f.value))
         return max(lv, self._args_level(call))
+
+    def elem_src(self, name, at):
+        """``[(call, element index)]`` when every assignment of local ``name`` that reaches a
+        read at line ``at`` unpacks an element of a tuple a call returns (``model, dl =
+        get_problem(rank)``; ``model = cast(T, model)`` in between passes it on), else None."""
+        out = []
+        for (target, value, conds, part), line in zip(self._assigns, self._lines):
+            if name not in _names(target):
+                continue
+            if not (line < at or any(a <= line <= b and a <= at <= b for a, b in self.loops)):
+                continue
+            if type(part) is int and isinstance(target, ast.Name) and isinstance(value, ast.Call) and not conds:
+                out.append((value, part))
+            elif not (part is None and _is_cast_of(value, name)):
+                return None
+        return out or None
+
+    def _table(self, sub):
+        """For ``xs[i]`` where this function also reads ``xs`` at every rank's number (``for j in
+        range(world_size): xs[j]...``): ``xs``, else None. Such a list holds every rank's entry
+        on every rank, and the code sizes the other ranks' entries by this rank's (deepspeed's
+        padded partitions): the size of this rank's entry is the size of any entry, the same on
+        every rank, whatever the rank-dependent index."""
+        if not isinstance(sub.value, ast.Name):
+            return None
+        if self._tables is None:
+            self._tables = set()
+            nodes = self.mod.local.get(id(self.fn))
+            for n in (nodes if nodes is not None else walk_local(self.fn)):
+                if isinstance(n, ast.For) and isinstance(n.target, ast.Name) and \
+                        isinstance(n.iter, ast.Call) and isinstance(n.iter.func, ast.Name) and \
+                        n.iter.func.id == "range" and len(n.iter.args) == 1 and _world_expr(n.iter.args[0]):
+                    for x in ast.walk(n):
+                        if isinstance(x, ast.Subscript) and isinstance(x.value, ast.Name) and \
+                                isinstance(x.slice, ast.Name) and x.slice.id == n.target.id:
+                            self._tables.add(x.value.id)
+        return sub.value if sub.value.id in self._tables else None
+
+    def _fed_uniform(self, e):
+        """True when the sized value of emptiness test ``e`` is a parameter that every call in
+        the tree hands something with nothing rank-local in it (a buffer every rank builds
+        alike): its emptiness is judged where the value comes from. A function no tree code
+        calls (an entry point: its data comes from outside) keeps the shape's rule."""
+        if isinstance(e, ast.UnaryOp):
+            e = e.operand
+        elif isinstance(e, ast.Compare):
+            e = e.left
+        x = _size_receiver(e)
+        facts = self.facts
+        return isinstance(x, ast.Name) and x.id in self._fn_params and x.id not in self.assigned and \
+            facts is not None and facts.called and not self.params.get(x.id, 0) and \
+            x.id not in C.RANK_NAMES
 
     def _args_level(self, call):
         lv = 0
@@ -541,6 +606,10 @@ class Taint:
                     if any(not isinstance(a, ast.Starred) for a in e.args) else self.level(e)
             if isinstance(f, ast.Attribute) and name in ("items", "keys", "values") and not e.args:
                 return self.trip_level(f.value)
+            if self.project is not None:
+                callee = self.project.callee(self.mod, self.cls, "<module>", e)
+                if callee is not None and callee.equal_count:
+                    return 0  # a helper that returns a prepared loader
         return self.level(e)
 
 _WORLD_NAMES = {"world_size", "num_processes", "num_replicas", "WORLD_SIZE", "nprocs", "n_procs", "num_nodes"}
@@ -596,6 +665,67 @@ def _emptiness(e):
         if isinstance(right, ast.Constant) and right.value == 1 and isinstance(op, (ast.Lt, ast.GtE)):
             return _size_of(left)
     return False
+
+
+_WORLD_RE = re.compile(r"(^|_)(world_size|num_processes|nprocs|n_procs|num_replicas|WORLD_SIZE)$")
+
+
+_IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError", "AttributeError"}
+
+
+def _optional_import(st, handler):
+    """True for the fallback of an optional package: ``try:`` holds one statement that imports
+    or looks a name up in a module (``import x``, ``m = getattr(import_module("pkg"), name)(...)``)
+    and the handler catches only ``ImportError``/``ModuleNotFoundError``/``AttributeError``:
+    which packages and names are installed is the same on every rank, so every rank takes the
+    handler or none does (unlike other exceptions, which only the rank that raised sees)."""
+    t = handler.type
+    names = t.elts if isinstance(t, ast.Tuple) else [t] if t is not None else []
+    if not names or any((dotted(n) or [""])[-1] not in _IMPORT_ERRORS for n in names):
+        return False
+    if len(st.body) != 1:
+        return False
+    b = st.body[0]
+    if isinstance(b, (ast.Import, ast.ImportFrom)):
+        return True
+    if isinstance(b, ast.Assign):
+        for x in ast.walk(b.value):
+            if isinstance(x, ast.Call) and (dotted(x.func) or [""])[-1] in ("import_module", "__import__"):
+                return True
+    return False
+
+
+def _is_cast_of(e, name):
+    """True for ``cast(T, name)`` / ``typing.cast(T, name)``: the same object."""
+    if not (isinstance(e, ast.Call) and len(e.args) == 2 and isinstance(e.args[1], ast.Name)
+            and e.args[1].id == name):
+        return False
+    d = dotted(e.func)
+    return bool(d) and d[-1] == "cast"
+
+
+def _world_expr(e):
+    """True for an expression that names the number of processes (``world_size``,
+    ``dp_world_size``, ``self.world_size``, ``dist.get_world_size(...)``, ``comm.Get_size()``)."""
+    if isinstance(e, ast.Call):
+        d = dotted(e.func)
+        return bool(d) and d[-1] in ("get_world_size", "Get_size")
+    d = dotted(e)
+    return bool(d) and bool(_WORLD_RE.search(d[-1]))
+
+
+def _size_receiver(e):
+    """The value whose size ``e`` (:func:`_size_of`) reads: ``x`` of ``x.numel()``,
+    ``x.size().numel()``, ``x.shape[0]``, ``x.size(0)``."""
+    if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute):
+        e = e.func.value
+    elif isinstance(e, ast.Subscript):
+        e = e.value
+    if isinstance(e, ast.Attribute) and e.attr in ("shape", "size"):
+        e = e.value
+    if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr == "size" and not e.args:
+        e = e.func.value
+    return e
 
 
 _COUNTING = {"range", "enumerate", "zip", "reversed", "sorted", "list", "tuple", "iter"}

@@ -6,6 +6,90 @@ import pytest
 from test_lint_rules import expect, lint_tree, silent
 
 FLAGGED = {
+    "size_of_this_ranks_entry_of_a_list_not_read_at_every_ranks_number": ("HK105", """
+import torch.distributed as dist
+
+def gather_parts(partitions, bucket, group):
+    me = dist.get_rank(group=group)
+    num_shards = max(1, partitions[me].numel() // bucket)
+    for shard_id in range(num_shards):  # BRANCH
+        dist.all_gather([partitions[me]], partitions[me], group=group)  # HERE
+"""),
+    "restored_attribute_saved_from_a_per_rank_value": ("HK101", """
+import torch.distributed as dist
+
+class Opt:
+    def __init__(self):
+        self.shard = dist.get_rank()
+
+    def state_dict(self):
+        return {"shard": self.shard}
+
+    def load(self, sd_list):
+        self.shard = sd_list[dist.get_rank()].get("shard", self.shard)
+
+    def step(self, t):
+        if self.shard > 0:  # BRANCH
+            dist.all_reduce(t)  # HERE
+"""),
+    "emptiness_of_a_parameter_a_caller_hands_per_rank_data": ("HK202", """
+import os
+import torch
+import torch.distributed as dist
+
+def reduce_part(x, t):
+    if x.numel() == 0:  # BRANCH
+        return
+    dist.all_reduce(t)  # HERE
+
+def run(path, t):
+    reduce_part(torch.tensor([len(n) for n in os.listdir(path)]), t)
+"""),
+    "helper_returning_an_unprepared_loader_of_per_rank_data": ("HK205", """
+import os
+from torch.utils.data import DataLoader
+
+def make_loader(path):
+    dl = DataLoader(os.listdir(path), batch_size=4)
+    return dl
+
+def save_midway(accelerator, path):
+    for step, batch in enumerate(make_loader(path)):  # BRANCH
+        accelerator.save_state(path)  # HERE
+"""),
+    "tuple_element_built_from_the_rank_handed_to_a_constructor": ("HK105", """
+import torch
+import torch.distributed as dist
+
+class Wrapper:
+    def __init__(self, parts):
+        self.parts = parts
+        for p in self.parts:  # BRANCH
+            dist.broadcast(p, 0)  # HERE
+
+def get_problem(rank, world_size, items):
+    return items[rank::world_size], world_size
+
+def train(rank, world_size, items):
+    parts, n = get_problem(rank, world_size, items)
+    Wrapper(parts)
+"""),
+    "value_set_in_a_handler_of_any_exception": ("HK205", """
+import torch.distributed as dist
+
+class Sync:
+    def __init__(self, module):
+        self.module = module
+        for b in self.module.buffers():  # BRANCH
+            dist.broadcast(b, 0)  # HERE
+
+def build(load, path):
+    try:
+        model = load(path)
+    except Exception:
+        model = load(path + ".bak")
+    return Sync(model)
+"""),
     "a_tree_function_whose_answer_is_computed_from_the_rank": ("HK105", """
 import torch.distributed as dist
 

@@ -3,7 +3,9 @@
 A *unit* is what one lint run sees: a file ``cNN_name_<variant>.py``, or a folder
 ``cNN_name/<variant>/`` for a case that spans files. ``variant`` is ``bug`` (the program at
 the commit before its fix), ``fixed`` (after the fix) or ``alike`` (correct code that looks
-like the bug). Header comments of the unit's files say what is expected:
+like the bug). A ``pNN_name_alike.py`` (no bug, no fix) is correct code in the shape of a
+false alarm the lint raised on the measured projects (docs/lint.md), kept so that the rule
+that silenced it stays. Header comments of the unit's files say what is expected:
 
 - ``# expect: HK101 collective=23 branch=19``: one finding of that code whose collective line
   is 23 and whose deciding branch (``related``) is line 19. Lines may name a file of the unit
@@ -24,8 +26,8 @@ from collections import OrderedDict
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 VARIANTS = ("bug", "fixed", "alike")
-_UNIT_FILE = re.compile(r"^(c\d\d_[a-z0-9_]+?)_(bug|fixed|alike)\.py$")
-_CASE_DIR = re.compile(r"^c\d\d_[a-z0-9_]+$")
+_UNIT_FILE = re.compile(r"^([cp]\d\d_[a-z0-9_]+?)_(bug|fixed|alike)\.py$")
+_CASE_DIR = re.compile(r"^[cp]\d\d_[a-z0-9_]+$")
 _EXPECT = re.compile(r"^#\s*expect:\s*(.+?)\s*$")
 _SETTING = re.compile(r"^#\s*settings:\s*(\w+)\s*=\s*(.+?)\s*$")
 _SOURCE = re.compile(r"^#\s*(?:Source|Look-alike of)[: ].*?(https://github\.com/\S+?)[\s):,]")
