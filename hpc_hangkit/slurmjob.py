@@ -336,11 +336,13 @@ def parse_sstat(text: str) -> List[StepStat]:
     return out
 
 
-def step_stats(job_id) -> List[StepStat]:
+def step_stats(job_id, timeout: float = DEFAULT_TIMEOUT_S) -> List[StepStat]:
     """Every running step's counters (``sstat --allsteps``). Needs
-    ``JobAcctGatherType=jobacct_gather/linux``; an empty list when no step runs."""
+    ``JobAcctGatherType=jobacct_gather/linux``; an empty list when no step runs. sstat asks
+    the slurmd of every node of each step: ``timeout`` (seconds) bounds a node that does not
+    answer (SlurmError)."""
     jid = layout.validate_job_id(job_id)
-    p = _run(["sstat", "-a", "-n", "-P", "-j", jid, "--format=" + SSTAT_FORMAT], check=False)
+    p = _run(["sstat", "-a", "-n", "-P", "-j", jid, "--format=" + SSTAT_FORMAT], timeout=timeout, check=False)
     if p.returncode != 0:
         msg = p.stderr.decode("utf-8", "replace").strip()
         if "no steps running" in msg.lower() or not msg:
@@ -521,3 +523,104 @@ def srun_overlap(job_id, nodes: Sequence[str], argv: Sequence[str],
         if k in STEP_SHAPE_ENV:
             del e[k]
     return _run(cmd, timeout=timeout, check=False, env=e)
+
+
+@dataclass
+class StreamedStep:
+    """What :func:`srun_overlap_stream` saw: ``returncode`` (None when it was stopped at the
+    deadline), ``timed_out`` (the deadline came first), ``seconds`` (wall, from the start to
+    the end of srun or of its stop), ``stderr`` (its last 4 KiB, text)."""
+
+    returncode: Optional[int]
+    timed_out: bool
+    seconds: float
+    stderr: str = ""
+
+
+#: seconds srun gets to end the step after SIGTERM (at the deadline), before SIGKILL
+STREAM_STOP_GRACE_S = 2.0
+
+
+def srun_overlap_stream(job_id, nodes: Sequence[str], argv: Sequence[str], on_line,
+                        deadline_s: float, env: Optional[Mapping[str, str]] = None,
+                        done=None) -> StreamedStep:
+    """:func:`srun_overlap`, its stdout read as it comes: ``on_line(text)`` is called with each
+    complete output line (``-l`` labels included) as soon as srun prints it, in this thread.
+    ``done()`` (optional), checked after each line: True stops waiting early (every node
+    answered). At ``deadline_s`` seconds from the start (or when ``done()``), srun gets
+    SIGTERM (srun forwards it to the step's tasks and ends the step), then SIGKILL after
+    :data:`STREAM_STOP_GRACE_S` s, so the call returns by ``deadline_s`` + that grace +
+    a fraction of a second, whatever a node does (a node whose slurmd is gone never
+    answers, and srun would wait for it). Raises SlurmError for a missing srun, ValueError
+    as :func:`overlap_prefix`."""
+    import selectors
+    import signal
+    import threading
+    import time
+
+    cmd = overlap_prefix(job_id, nodes) + list(argv)
+    e = dict(os.environ if env is None else env)
+    for k in list(e):
+        if k in STEP_SHAPE_ENV:
+            del e[k]
+    exe = shutil.which(cmd[0], path=e.get("PATH"))
+    if exe is None:
+        raise SlurmError("srun not found on PATH: is this a Slurm node with the Slurm client "
+                         "commands installed?")
+    t0 = time.monotonic()
+    p = subprocess.Popen([exe] + cmd[1:], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, env=e)
+    err = bytearray()
+
+    def _drain_err():
+        # stderr in its own thread: a full stderr pipe must never stall srun's stdout
+        for chunk in iter(lambda: p.stderr.read1(4096), b""):
+            err.extend(chunk)
+            del err[:-4096]
+    et = threading.Thread(target=_drain_err, daemon=True, name="srun-stderr")
+    et.start()
+    sel = selectors.DefaultSelector()
+    sel.register(p.stdout, selectors.EVENT_READ)
+    fd = p.stdout.fileno()
+    buf = b""
+    timed_out = False
+    stopped = False
+    try:
+        while True:
+            left = deadline_s - (time.monotonic() - t0)
+            if left <= 0:
+                timed_out = True
+                break
+            if not sel.select(timeout=left):
+                continue
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break  # srun closed its output: the step ended
+            buf += chunk
+            *lines, buf = buf.split(b"\n")
+            for ln in lines:
+                on_line(ln.decode("utf-8", "replace"))
+            if done is not None and done():
+                stopped = True
+                break
+    finally:
+        sel.close()
+        if p.poll() is None and not timed_out:
+            # the step's output ended (or every node answered): srun ends by itself
+            try:
+                p.wait(timeout=max(0.0, min(STREAM_STOP_GRACE_S, deadline_s - (time.monotonic() - t0))))
+            except subprocess.TimeoutExpired:
+                pass
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(timeout=STREAM_STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        p.stdout.close()
+        et.join(1.0)
+    if buf and not (timed_out or stopped):
+        on_line(buf.decode("utf-8", "replace"))
+    return StreamedStep(None if timed_out else p.returncode, timed_out, time.monotonic() - t0,
+                        bytes(err).decode("utf-8", "replace"))

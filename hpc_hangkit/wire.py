@@ -57,34 +57,55 @@ def emit_doc(doc: dict, out) -> None:
     out.flush()
 
 
-def parse_docs(text: str) -> List[dict]:
-    """The documents framed by :func:`emit_doc` in ``srun`` output ``text`` (with or without
-    ``-l`` labels, lines of several nodes interleaved, other lines ignored). Incomplete or
-    corrupt documents are skipped with a warning; never raises for bad input."""
-    import zlib
-    parts: Dict[str, Dict[int, str]] = {}
-    total: Dict[str, int] = {}
-    for line in text.splitlines():
+class DocReader:
+    """Reads framed documents (:func:`emit_doc`) from ``srun`` output one line at a time, so
+    that each one is decoded as soon as its last line arrives (:meth:`feed`), however the
+    nodes' lines interleave. :meth:`incomplete` names the documents begun and not finished."""
+
+    def __init__(self):
+        self._parts: Dict[str, Dict[int, str]] = {}
+        self._total: Dict[str, int] = {}
+
+    def feed(self, line: str):
+        """One output line (with or without a ``-l`` label): the document it completes, or
+        None (not a framed line, or the document is not complete yet). A corrupt document
+        is skipped with a warning; never raises for bad input."""
+        import zlib
         i = line.find(DOC_TAG + " ")
         if i < 0:
-            continue
+            return None
         f = line[i:].split()
         if len(f) != 4 or "/" not in f[2]:
-            continue
+            return None
         k, n = f[2].split("/", 1)
-        if not (k.isdigit() and n.isdigit()):
-            continue
-        parts.setdefault(f[1], {})[int(k)] = f[3]
-        total[f[1]] = int(n)
-    docs = []
-    for did, got in parts.items():
-        n = total[did]
-        if len(got) != n:
-            log.warning("incomplete answer from %s (%d of %d lines)", did, len(got), n)
-            continue
+        if not (k.isdigit() and n.isdigit()) or not 1 <= int(k) <= int(n):
+            return None
+        got = self._parts.setdefault(f[1], {})
+        got[int(k)] = f[3]
+        self._total[f[1]] = n = int(n)
+        if len(got) < n:
+            return None
+        del self._parts[f[1]], self._total[f[1]]
         try:
-            raw = zlib.decompress(base64.b64decode("".join(got[i] for i in range(1, n + 1))))
-            docs.append(json.loads(raw.decode("utf-8")))
+            raw = zlib.decompress(base64.b64decode("".join(got[j] for j in range(1, n + 1))))
+            doc = json.loads(raw.decode("utf-8"))
         except (ValueError, KeyError, zlib.error) as e:
-            log.warning("corrupt answer from %s: %s", did, e)
+            log.warning("corrupt answer from %s: %s", f[1], e)
+            return None
+        return doc if isinstance(doc, dict) else None
+
+    def incomplete(self) -> Dict[str, tuple]:
+        """``{document id: (lines received, lines expected)}`` of the documents not finished."""
+        return {did: (len(got), self._total[did]) for did, got in self._parts.items()}
+
+
+def parse_docs(text: str) -> List[dict]:
+    """The documents framed by :func:`emit_doc` in ``srun`` output ``text`` (with or without
+    ``-l`` labels, lines of several nodes interleaved, other lines ignored), in the order
+    they completed (:class:`DocReader`). Incomplete or corrupt documents are skipped with a
+    warning; never raises for bad input."""
+    rd = DocReader()
+    docs = [d for d in map(rd.feed, text.splitlines()) if d is not None]
+    for did, (got, n) in rd.incomplete().items():
+        log.warning("incomplete answer from %s (%d of %d lines)", did, got, n)
     return docs

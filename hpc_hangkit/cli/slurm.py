@@ -28,11 +28,15 @@ def slurm_monitor_cmd(step):
 @click.option("--scratch", required=True, help="the job attempt's node scratch")
 @click.option("--sample-signal", default=None, help="first ask quiet ranks for a watchdog dump with this signal")
 @click.option("--quiet-s", type=float, default=1.0, help="seconds without a check-in that make a rank quiet")
-def slurm_probe_cmd(scratch, sample_signal, quiet_s):
-    """Internal (srun --overlap on each node): print this node's rank files (tails) as one JSON line."""
+@click.option("--answer", type=click.Choice(["raw", "summary"]), default="raw",
+              help="raw: the rank files' tails; summary: the node summary and per-rank facts")
+@click.option("--samples", type=click.IntRange(1, 1000), default=5, help="K of the node summary's modal position")
+def slurm_probe_cmd(scratch, sample_signal, quiet_s, answer, samples):
+    """Internal (srun --overlap on each node): print this node's answer (framed lines,
+    hpc_hangkit.slurm.probe.probe_main)."""
     from hpc_hangkit.slurm.probe import probe_main
 
-    sys.exit(probe_main(scratch, sample_signal=sample_signal, quiet_s=quiet_s))
+    sys.exit(probe_main(scratch, sample_signal=sample_signal, quiet_s=quiet_s, answer=answer, samples=samples))
 
 
 @click.command("slurm-capture", hidden=True)

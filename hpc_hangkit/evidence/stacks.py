@@ -231,7 +231,13 @@ class StackSource:
     ``node_scratch``: the scratch this host's ranks write, when ``scratch`` is a copy (the
     batch monitor's view); ``remote_liveness(heartbeat) -> Liveness``: the processes of other
     hosts' ranks (the batch monitor's probes); ``host``: this host's name (default
-    ``socket.gethostname()``).
+    ``socket.gethostname()``). ``remote_facts() -> [rank process]``: other hosts' rank
+    processes known by their node's summary answer, not by files in ``scratch``
+    (:class:`hpc_hangkit.slurm.sources.RemoteRank`: ``rank``, ``pid``, ``host``, ``counter``,
+    ``busy``, ``label``, ``armed_mono_s``, ``path``, ``stack`` (a signature of its newest
+    main-thread stack), ``ended``); the same rules apply to them: a counter or busy change,
+    a changed stack signature, a new process are progress, an ended one is ended, a
+    vanished one gets its record (their roll call facts are in the summaries in ``scratch``).
     ``samples``: K for the roll call's modal position (settings.stack_samples);
     ``io_bytes``: I/O threshold per poll (bytes; 0 disables the I/O signal);
     ``sample_signal``: the ranks' watchdog signal name (settings.watchdog_signal);
@@ -244,8 +250,12 @@ class StackSource:
     def __init__(self, scratch: str, judge: "Judge", samples: int = 5, world_size: Optional[int] = None,
                  io_bytes: int = IO_PROGRESS_BYTES, sample_signal: Optional[str] = "SIGURG",
                  together_after_s: Optional[float] = None, node_scratch: Optional[str] = None,
-                 remote_liveness: Optional[Callable[[Any], Liveness]] = None, host: Optional[str] = None):
+                 remote_liveness: Optional[Callable[[Any], Liveness]] = None, host: Optional[str] = None,
+                 remote_facts: Optional[Callable[[], List[Any]]] = None):
         self.scratch = scratch
+        #: ``remote_facts() -> [rank process]``: other hosts' ranks known by facts, not files
+        self.remote_facts = remote_facts
+        self._remote_stacks: Dict[Tuple, Optional[str]] = {}  # (rank, pid) -> stack signature
         #: the scratch this host's ranks write (their exit records; vanished records go there too)
         self.node_scratch = node_scratch or scratch
         #: ``remote_liveness(heartbeat) -> Liveness`` for ranks of other hosts (their node's word)
@@ -300,6 +310,11 @@ class StackSource:
                     self._hb[k] = cur
         moved: Dict[int, str] = {}
         self._scan_logs(moved, remote_only=True)
+        for rr in self._remote():
+            k, cur = (rr.rank, rr.pid), (rr.counter, rr.busy)
+            changed = changed or self._hb.get(k) != cur or self._remote_stacks.get(k) != rr.stack
+            self._hb[k] = cur
+            self._remote_stacks[k] = rr.stack
         # what changed there is not progress, but it is a new picture: a stall starts no
         # earlier than when it was taken
         if changed or moved:
@@ -373,6 +388,29 @@ class StackSource:
                 progressed[rank] = "stack moved (now at %s:%d)" % (os.path.basename(moved[0][0]), moved[0][1])
         return sorted(set(ranks))
 
+    def _remote(self) -> list:
+        """The other hosts' rank processes known by facts (``remote_facts``), or []."""
+        return list(self.remote_facts()) if self.remote_facts is not None else []
+
+    def _scan_remote_stacks(self, progressed: Dict[int, str]) -> set:
+        """The stack-signature and new-process rules for the rank processes of ``remote_facts``
+        (progress into ``progressed``); returns their ranks."""
+        ranks = set()
+        for rr in self._remote():
+            k = (rr.rank, rr.pid)
+            ranks.add(rr.rank)
+            new_proc = k not in self._remote_stacks
+            prev = self._remote_stacks.get(k)
+            self._remote_stacks[k] = rr.stack
+            if rr.rank in progressed:
+                continue
+            if new_proc:
+                if not self._first:
+                    progressed[rr.rank] = "new process rank_%d.pid%d on %s" % (rr.rank, rr.pid, rr.host or "?")
+            elif prev is not None and rr.stack is not None and rr.stack != prev:
+                progressed[rr.rank] = "stack moved (on %s)" % (rr.host or "?")
+        return ranks
+
     def _request_samples(self, skip_ranks) -> None:
         """On-demand dump of every live local rank process not in ``skip_ranks`` (for the next poll)."""
         if not self.sample_signal:
@@ -414,10 +452,10 @@ class StackSource:
     def _scan_heartbeats(self, progressed: Dict[int, str]) -> list:
         """Note heartbeat progress into ``progressed``; returns the heartbeat records read."""
         d = os.path.join(self.scratch, layout.HEARTBEAT_DIR)
-        if not os.path.isdir(d):
-            return []
-        from hpc_hangkit.parse.heartbeat import read_heartbeats
-        hbs = read_heartbeats(d)
+        hbs = list(self._remote())
+        if os.path.isdir(d):
+            from hpc_hangkit.parse.heartbeat import read_heartbeats
+            hbs = read_heartbeats(d) + hbs
         for hb in hbs:
             k = (hb.rank, hb.pid)
             prev = self._hb.get(k)
@@ -484,7 +522,7 @@ class StackSource:
         for sub in (layout.EXITS_DIR, layout.VANISHED_DIR):
             d = os.path.join(self.scratch, sub)
             out |= {rf.rank for rf in layout.list_rank_files(d, ext="txt", known_rank=True)}
-        return out
+        return out | {rr.rank for rr in self._remote() if rr.ended}
 
     def rebaseline(self) -> None:
         """Forget the I/O the ranks did since the last poll (call after a capture: a rank
@@ -500,7 +538,7 @@ class StackSource:
         progressed: Dict[int, str] = {}
         hbs = self._scan_heartbeats(progressed)
         by_heartbeat = set(progressed)
-        ranks = self._scan_logs(progressed)
+        ranks = sorted(set(self._scan_logs(progressed)) | self._scan_remote_stacks(progressed))
         self._scan_vanished(hbs)
         self._request_samples(by_heartbeat)
         ended = self._ended_ranks()
@@ -514,7 +552,7 @@ class StackSource:
             self._last_change = max(self._last_change or 0.0, now - (self._absorbed_age or 0.0))
         self._absorbed_change, self._absorbed_age = False, None
         self._ended = ended
-        if not self._procs:
+        if not self._procs and not self._remote_stacks:
             return {}
         det = StackDetail(progressed=progressed, ranks=ranks)
         if progressed:

@@ -525,6 +525,9 @@ def render_html(report, evidence: Optional[Evidence] = None, title: Optional[str
     extra = []
     if report.missing_ranks:
         extra.append("missing ranks (no dumps, no marker): %s" % format_ranks(report.missing_ranks))
+    for u in getattr(report, "unreachable", None) or ():
+        extra.append("node %s unreachable (did not answer the monitor's probe): ranks %s as last seen" % (
+            u["node"], u["ranks"] or "(none known)"))
     for r, why in sorted(report.unwatched.items())[:50]:
         extra.append("rank %d unwatched: %s" % (r, why))
     if extra:

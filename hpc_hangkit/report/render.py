@@ -4,10 +4,11 @@ All functions are pure (Report in, str out). How to read the text report:
 docs/report.md; the JSON schema: docs/report-schema.md.
 """
 import json
+import time
 from typing import Dict, List, Optional, Tuple
 
 from hpc_hangkit.parse.model import is_own_frame
-from hpc_hangkit.ranges import format_ranks, ranks_label
+from hpc_hangkit.ranges import format_ranks, parse_ranks, ranks_label
 from hpc_hangkit.rollcall.prose import short_where, split_at
 from hpc_hangkit.rollcall import Report
 
@@ -119,6 +120,14 @@ def render_text(report: Report, via: Optional[int] = _VIA, max_groups: int = _MA
         out.append("")
         out.append("missing ranks (no dumps, no marker; world size %s): %s" % (
             report.world, format_ranks(report.missing_ranks)))
+    if report.unreachable:
+        out.append("")
+        out.append("unreachable nodes (did not answer the monitor's probe; their ranks as last seen):")
+        for u in report.unreachable:
+            when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(u["since"]))
+            ranks = ranks_label(parse_ranks(u["ranks"])) if u["ranks"] else "no rank known"
+            out.append("  node %s: %s, since %s%s" % (
+                u["node"], ranks, when, " (%s)" % u["why"] if u.get("why") else ""))
     if report.unwatched:
         out.append("")
         out.append("unwatched ranks (never armed):")

@@ -22,7 +22,7 @@ from hpc_hangkit.rollcall.frames import frames_from_json
 from hpc_hangkit.rollcall.read import DirContents, in_capture_tree, list_files, read_dir
 
 __all__ = ["PARALLEL_MIN_FILES", "COVER_LIMIT", "summarize_node", "pack", "pack_positions", "unpack", "merge",
-           "StreamMerge", "merge_stream", "parse_runs", "summarize_dir", "positions", "split_by_rank", "workers_for",
+           "StreamMerge", "merge_stream", "parse_runs", "summarize_dir", "summarize_files", "positions", "split_by_rank", "workers_for",
            "no_cyclic_gc"]
 
 #: raw-dump directories with at least this many files are parsed on several cores
@@ -624,6 +624,14 @@ def _summarize_contents(c: DirContents, world_size: Optional[int], samples: int)
     _fix_ranks(c.logs)
     return summarize_node(_dedupe(c.logs), tracebacks=c.tracebacks, heartbeats=c.heartbeats,
                           unwatched=c.unwatched, warnings=c.warnings, world_size=world_size, samples=samples)
+
+
+def summarize_files(path: str, files: List[str], *, world_size: Optional[int] = None, samples: int = 5) -> dict:
+    """The node summary of only ``files`` (paths under ``path``, see :func:`read_dir`), in
+    this process: what :func:`summarize_dir` gives for a directory holding just those files
+    (a node's probe answer summarizes its rank folders, not its capture tree)."""
+    with no_cyclic_gc():
+        return _summarize_files((path, files, world_size, samples))
 
 
 def _summarize_files(args) -> dict:

@@ -1,11 +1,13 @@
 """The roll call over a directory, the one entry point every caller uses (``hpc-hangkit
 report``, ``hpc-hangkit collect``, the monitor, capture's native-stack plan): read it,
 summarize it, build the report, add the sections."""
+import os
 import time
 from typing import List, Optional
 
 from hpc_hangkit.rollcall.nodes import summarize_dir
 from hpc_hangkit.rollcall.sections import add_sections
+from hpc_hangkit.rollcall.unreachable import read_unreachable
 from hpc_hangkit.rollcall.verdict import Report, build_report
 
 __all__ = ["NoDumps", "report_from_dir", "report_from_summary_and_dir"]
@@ -58,10 +60,13 @@ def report_from_dir(path: str, settings=None, *, samples: Optional[int] = None, 
 
 def report_from_summary_and_dir(summary: dict, path: str, *, depth: Optional[int] = None,
                                 world_size: Optional[int] = None, now: Optional[float] = None) -> Report:
-    """:func:`build_report` of ``summary``, plus the extension sections found under ``path``."""
+    """:func:`build_report` of ``summary``, plus the extension sections and the unreachable-node
+    records (:mod:`hpc_hangkit.rollcall.unreachable`) found under ``path``."""
     rep = build_report(summary, depth=depth, world_size=world_size,
                        now=now if now is not None else time.time())
     rep.summary = summary
+    if os.path.isdir(path):
+        rep.unreachable = read_unreachable(path, rep.warnings)
     add_sections(rep, path)
     # the branch analysis is the lint's (hpc_hangkit.lint): loaded only for a report that
     # is built, never by the monitor's or the stack source's use of the roll call's rules

@@ -17,7 +17,8 @@ __all__ = ["DirContents", "rank_from_name", "list_files", "read_dir", "in_captur
 
 _RANK_NAME_RE = re.compile(r"rank[_-]?(\d+)", re.I)
 #: extension subdirectories (read by their own sections) and caches: never sniffed
-_SKIP_DIRS = frozenset((layout.FLIGHT_RECORDER_DIR, layout.NCCL_RAS_DIR, layout.NVIDIA_SMI_DIR, "__pycache__"))
+_SKIP_DIRS = frozenset((layout.FLIGHT_RECORDER_DIR, layout.NCCL_RAS_DIR, layout.NVIDIA_SMI_DIR, "__pycache__",
+                        "unreachable"))  # rollcall.unreachable's records, read by the pipeline
 #: hpc-hangkit's own outputs and job files next to the dumps
 _SKIP_FILES = frozenset((layout.REPORT_TXT, layout.REPORT_JSON, layout.EVENTS_FILE, layout.MONITOR_LOG,
                          layout.JOB_ENV_FILE))

@@ -119,6 +119,9 @@ class Report:
         self.adopted_from: Optional[str] = None
         #: the node summary this report was built from (``*.summary.json`` shape), if kept
         self.summary: Optional[dict] = None
+        #: nodes the monitor could not reach: ``[{"node", "since", "ranks", "why"}]``
+        #: (:mod:`hpc_hangkit.rollcall.unreachable`); their ranks' facts are as last known
+        self.unreachable: List[dict] = []
 
     def checkins(self) -> Dict[int, dict]:
         """Per rank with a heartbeat: ``{"label", "wall_s", "age_s", "counter"}`` (age vs ``self.now``)."""
@@ -153,6 +156,7 @@ class Report:
             "warnings": list(self.warnings),
             "sections": dict(self.sections),
             **({"sample_spread": self.sample_spread()} if self.sample_spread() else {}),
+            **({"unreachable_nodes": [dict(u) for u in self.unreachable]} if self.unreachable else {}),
         }
 
     def sample_spread(self) -> Optional[dict]:

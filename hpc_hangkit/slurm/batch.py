@@ -12,9 +12,14 @@ as ``hpc-hangkit run``, with Slurm sources:
   the ranks. Every poll reads this node's scratch (``$HANGKIT_SCRATCH_DIR``);
   when nothing progressed, it also probes the job's other nodes with one
   ``srun --overlap --jobid J`` step (``hpc-hangkit slurm-probe`` on each node,
-  which prints the tails of that node's rank files and whether each heartbeat's process
-  lives, for the vanished-pid check) - on suspicion, never on a
-  poll where the ranks show progress. The probe runs in its own thread
+  which prints the tails of that node's rank files, or from
+  :data:`hpc_hangkit.slurm.sources.SUMMARY_MIN_NODES` other nodes on its node summary and
+  per-rank facts (``HANGKIT_PROBE_ANSWER=raw|summary|auto`` in the job's environment forces
+  either), and whether each heartbeat's process lives, for the vanished-pid check) - on
+  suspicion, never on a poll where the ranks show progress. Answers are folded as they
+  arrive; a node that has not answered by the probe's deadline
+  (:func:`hpc_hangkit.slurm.sources.probe_deadline_s`) is named unreachable, with its ranks,
+  in the report, and the capture does not wait for it. The probe runs in its own thread
   (:class:`hpc_hangkit.slurm.sources.BackgroundProbe`): its answer joins the next poll, so a slow ``srun``
   delays the local decision by at most one poll interval. Everything is mirrored into one
   private view directory, and :class:`hpc_hangkit.evidence.stacks.StackSource` decides
@@ -76,7 +81,8 @@ from hpc_hangkit import slurmjob as slurm
 from hpc_hangkit.evidence.stacks import together_after_s
 from hpc_hangkit.slurm.probe import View
 from hpc_hangkit.slurm.requeue import Decision, Hang, RequeueState, decide, signature, state_url
-from hpc_hangkit.slurm.sources import RasOnRankNode, SlurmStackSource, srun_probe
+from hpc_hangkit.slurm.sources import (RasOnRankNode, SlurmStackSource, probe_answer, probe_deadline_s,
+                                       srun_probe)
 
 log = logging.getLogger("hpc_hangkit.slurm.batch")
 
@@ -134,28 +140,82 @@ class BatchMonitor:
 
         # a node of the job whose ranks are in this node's scratch is captured in-process
         here = self.node_scratch == self.scratch
-        got = capture_job(self.job_id, self.others, self.node_scratch, self.bin_argv, self.hd_dir,
+        # a node that did not answer the latest probe would hold the capture up to its
+        # timeout: it is left out, and its record and last-known files go in from the view;
+        # a probe in flight is let finish first (at most its deadline), so a node that has
+        # just stopped answering is known
+        self.settle_probes()
+        gone = self.unreachable_nodes()
+        if gone:
+            log.warning("capture: node(s) %s unreachable (no answer to the probe), not waited for",
+                        ",".join(sorted(gone)))
+        others = [n for n in self.others if n not in gone]
+        got = capture_job(self.job_id, others, self.node_scratch, self.bin_argv, self.hd_dir,
                           local=_local if here else None, suspects=suspects, at=at)
         for note in got.notes:
             log.warning("capture: %s", note)
         if self.others and got.error is None:
             log.info("captured on %d of %d other node(s)", len(got.hosts), len(self.others))
-        if got.missing or got.error is not None:
-            kept = self.keep_view_copies()
+        if got.missing or got.error is not None or gone:
+            kept = self.keep_view_copies(set(got.missing or ()) | gone if got.error is None else None)
             if kept:
                 log.warning("kept the monitor's copies of %d rank file(s) of the node(s) that did not "
                             "answer", kept)
         from hpc_hangkit.detect.monitor import write_report
         return write_report(self.hd_dir, self.settings, self.world_size)
 
-    def keep_view_copies(self) -> int:
+    def settle_probes(self) -> None:
+        """:meth:`hpc_hangkit.slurm.sources.SlurmStackSource.settle` of the stack source: waits at
+        most the probe deadline plus srun's stop for a probe in flight."""
+        wait_s = probe_deadline_s(self.settings.poll_interval_s) + slurm.STREAM_STOP_GRACE_S + 1.0
+        for src in self.srcs:
+            if isinstance(src, SlurmStackSource):
+                src.settle(wait_s)
+
+    def unreachable_nodes(self) -> set:
+        """The other nodes that did not answer the stack source's latest probe of them."""
+        out = set()
+        for src in self.srcs:
+            out |= set(getattr(src, "unreachable", None) or ())
+        return out
+
+    def keep_view_copies(self, nodes=None) -> int:
         """Copy into the captured tree every rank file of another node that the capture did not
-        bring (a node that did not answer: the job ended or srun failed under the capture), from
-        the monitor's :class:`View`, so the final roll call sees every rank the monitor saw. A
-        file the capture brought is never replaced. Returns the number of files copied."""
+        bring (a node that did not answer: unreachable, the job ended or srun failed under the
+        capture), from the monitor's :class:`View`, so the final roll call sees every rank the
+        monitor saw: raw files, the node summaries (``nodes/``) of ``nodes`` (None: all; a node
+        the capture reached has fresher files than its summary) and the unreachable-node
+        records. A file the capture brought is never replaced. Returns the number of files
+        copied."""
+        from hpc_hangkit import fsio
         from hpc_hangkit.capture.whyfile import merge_file
+        from hpc_hangkit.rollcall.facts import SUMMARY_SUFFIX
+        from hpc_hangkit.rollcall.unreachable import UNREACHABLE_DIR
+        from hpc_hangkit.slurm.probe import NODES_DIR
 
         n = 0
+        for sub in (NODES_DIR, UNREACHABLE_DIR):
+            src_dir = os.path.join(self.view_dir or "", sub)
+            try:
+                names = sorted(os.listdir(src_dir))
+            except OSError:
+                continue
+            for name in names:
+                if sub == NODES_DIR and nodes is not None and not any(
+                        name == n.split(".")[0] + SUMMARY_SUFFIX for n in nodes):
+                    continue
+                dst = os.path.join(self.hd_dir, sub, name)
+                src = os.path.join(src_dir, name)
+                if os.path.lexists(dst) or os.path.islink(src):
+                    continue
+                try:
+                    os.makedirs(os.path.dirname(dst), exist_ok=True)
+                    with open(src, "rb") as f:
+                        data = f.read()
+                    fsio.write_atomic(dst, data)
+                    n += 1
+                except OSError as e:
+                    log.warning("cannot keep the monitor's copy of %s/%s: %s", sub, name, e)
         for sub in (layout.WATCHDOG_DIR, layout.HEARTBEAT_DIR):
             src_dir = os.path.join(self.view_dir or "", sub)
             for rf in layout.list_rank_files(src_dir):
@@ -372,8 +432,9 @@ class BatchMonitor:
 
     def step_stats(self):
         """The sstat counters this monitor weighs (:func:`hpc_hangkit.slurmjob.step_stats`):
-        every step of the job."""
-        return slurm.step_stats(self.job_id)
+        every step of the job; a slurmd that does not answer costs at most the poll interval
+        (3-10 s)."""
+        return slurm.step_stats(self.job_id, timeout=max(3.0, min(10.0, float(self.settings.poll_interval_s))))
 
     def idle_probe_s(self) -> float:
         """Seconds between probes of the other nodes while this node holds no rank data: a
@@ -382,14 +443,22 @@ class BatchMonitor:
 
     def sources(self):
         self.view_dir = tempfile.mkdtemp(prefix=layout.MONITOR_VIEW_PREFIX, dir=self.scratch)
+        try:
+            answer = probe_answer(len(self.others), self.env)
+        except ValueError as e:
+            answer = probe_answer(len(self.others))
+            log.warning("%s; the probe answers %s", e, answer)
+        samples = getattr(self.settings, "stack_samples", 5)
         src = [SlurmStackSource(self.scratch, View(self.view_dir), self.others,
                                 probe=srun_probe(self.job_id, self.node_scratch, self.bin_argv,
                                                  sample_signal=self.settings.watchdog_signal,
-                                                 quiet_s=float(self.settings.poll_interval_s)),
+                                                 quiet_s=float(self.settings.poll_interval_s),
+                                                 answer=answer, samples=samples,
+                                                 deadline_s=probe_deadline_s(self.settings.poll_interval_s)),
                                 stats=self.step_stats,
                                 idle_probe_s=self.idle_probe_s(),
                                 poll_interval_s=float(self.settings.poll_interval_s),
-                                samples=getattr(self.settings, "stack_samples", 5),
+                                samples=samples,
                                 world_size=self.world_size, together_after_s=together_after_s(self.settings))]
         try:
             from hpc_hangkit.evidence.ras import maybe_source

@@ -1,7 +1,20 @@
 """The node side of the Slurm monitor: ``hpc-hangkit slurm-probe`` (:func:`probe_main`: this
-node's rank-file tails and whether each heartbeat's process lives, framed for ``srun``
-output) and the monitor's :class:`View`, the one private directory every node's answers are
-mirrored into. Runs as the job's user.
+node's answer, framed for ``srun`` output) and the monitor's :class:`View`, the one private
+directory every node's answers are mirrored into. Runs as the job's user.
+
+A node answers in one of two shapes (``--answer``):
+
+- ``raw``: its rank-file tails (:func:`rank_files`, up to :data:`PROBE_TAIL_BYTES` per
+  watchdog log) and whether each heartbeat's process lives; the view mirrors the files.
+- ``summary``: its node summary (:func:`node_summary`, a
+  :func:`hpc_hangkit.rollcall.nodes.summarize_files` of its ``watchdog/``, ``heartbeats/``,
+  ``exits/`` and ``vanished/``) and, per rank process, the few facts the monitor's
+  progress rules need (:func:`rank_facts_of_node`: heartbeat counter and busy, a signature
+  of the newest main-thread stack, ended, liveness). Its size grows with the distinct
+  positions and the rank count, not with dump bytes; the view keeps it as
+  ``nodes/<host>.summary.json``, which the roll call merges with the monitor node's own raw
+  files (one roll call: :func:`hpc_hangkit.rollcall.nodes.summarize_dir` merges every
+  ``*.summary.json`` it finds).
 """
 import logging
 import os
@@ -14,6 +27,11 @@ from hpc_hangkit import fsio, layout
 from hpc_hangkit.capture.ranks import ALIVE, ENDED, GONE, UNKNOWN, Liveness, node_liveness
 from hpc_hangkit.gather import read_tail
 from hpc_hangkit.wire import decode_files, emit_doc, encode_files, parse_docs
+
+#: the view's folder of the other nodes' summaries (``<host>.summary.json``)
+NODES_DIR = "nodes"
+#: the answer shapes of ``slurm-probe --answer``
+ANSWERS = ("raw", "summary")
 
 log = logging.getLogger("hpc_hangkit.slurm.probe")
 
@@ -97,35 +115,128 @@ def sample_quiet_ranks(scratch: str, sample_signal: str, quiet_s: float, wait_s:
     return request_dumps(targets, sample_signal, timeout_s=wait_s) if targets else {}
 
 
-def probe_main(scratch: str, out=None, sample_signal: Optional[str] = None, quiet_s: float = 1.0) -> int:
-    """``hpc-hangkit slurm-probe``: print (framed, :func:`hpc_hangkit.wire.emit_doc`) this node's rank files
-    (tails) and the liveness of its ranks' processes (:func:`heartbeat_liveness`), for the
-    batch-step monitor. With ``sample_signal``, first a fresh dump of every rank quiet for
-    ``quiet_s`` seconds (:func:`sample_quiet_ranks`), so the answer holds it. Runs inside the
-    job as its user."""
+def stack_signature(sample) -> Optional[str]:
+    """A short digest of the main thread's Python frames (file, line, function) of one
+    parsed dump (the roll call's main-thread rule), or None when it has no main thread:
+    two dumps with equal signatures show the rank at the same place."""
+    import hashlib
+
+    from hpc_hangkit.rollcall.frames import main_thread
+
+    th = main_thread(sample)
+    if th is None:
+        return None
+    frames = [(f.file, f.line, f.function) for f in th.frames if not f.native]
+    if not frames:
+        return None
+    return hashlib.sha1(repr(frames).encode("utf-8", "replace")).hexdigest()[:16]
+
+
+def rank_facts_of_node(scratch: str, host: Optional[str] = None,
+                       tail: int = PROBE_TAIL_BYTES) -> Dict[str, dict]:
+    """Per rank process of this node (``host``, default this host's name) with a heartbeat
+    in ``scratch``: ``{"rank_<r>.pid<p>.hb": {"rank", "pid", "host", "counter", "busy",
+    "label", "armed_mono_s", "stack", "ended", "liveness": [state, seen]}}``. ``stack``:
+    :func:`stack_signature` of the newest dump with a main thread in the last ``tail`` bytes
+    of its watchdog log (None without one); ``ended``: it left an exit record. What the
+    monitor needs for progress and liveness without the dumps themselves."""
+    from hpc_hangkit.parse.faulthandler import parse_faulthandler
+    from hpc_hangkit.parse.heartbeat import read_heartbeats
+
+    short = (host or socket.gethostname()).split(".")[0]
+    live = heartbeat_liveness(scratch, host)
+    sigs: Dict[tuple, Optional[str]] = {}
+    wd = os.path.join(scratch, layout.WATCHDOG_DIR)
+    try:
+        dfd = os.open(wd, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        dfd = None
+    if dfd is not None:
+        try:
+            for rf in layout.list_rank_files(dfd, ext="log", known_rank=True):
+                try:
+                    _, data, _ = read_tail(dfd, rf.name, 0, tail)
+                except OSError:
+                    continue
+                sig = None
+                for smp in parse_faulthandler(data, rf.name).samples:
+                    sig = stack_signature(smp) or sig
+                sigs[(rf.rank, rf.pid)] = sig
+        finally:
+            os.close(dfd)
+    out = {}
+    for hb in read_heartbeats(os.path.join(scratch, layout.HEARTBEAT_DIR)):
+        if (hb.host or "").split(".")[0] != short or hb.rank is None or hb.rank < 0:
+            continue
+        name = os.path.basename(hb.path)
+        lv = live.get(layout.HEARTBEAT_DIR + "/" + name) or [UNKNOWN, ""]
+        out[name] = {"rank": int(hb.rank), "pid": int(hb.pid), "host": hb.host, "counter": int(hb.counter),
+                     "busy": int(getattr(hb, "busy", 0) or 0), "label": hb.label or "",
+                     "armed_mono_s": float(hb.armed_mono_s), "stack": sigs.get((hb.rank, hb.pid)),
+                     "ended": lv[0] == ENDED, "liveness": list(lv)}
+    return out
+
+
+def node_summary(scratch: str, samples: int = 5) -> dict:
+    """The node summary (:func:`hpc_hangkit.rollcall.nodes.summarize_files`) of this node's
+    ``watchdog/``, ``heartbeats/``, ``exits/`` and ``vanished/`` in ``scratch`` (not its
+    capture tree), ``samples`` = K of the monitor's roll call."""
+    from hpc_hangkit.rollcall.nodes import summarize_files
+    from hpc_hangkit.rollcall.read import list_files
+
+    subs = (layout.WATCHDOG_DIR, layout.HEARTBEAT_DIR, layout.EXITS_DIR, layout.VANISHED_DIR)
+    files = []
+    for sub in subs:
+        d = os.path.join(scratch, sub)
+        if os.path.isdir(d) and not os.path.islink(d):
+            files.extend(list_files(d))
+    return summarize_files(scratch, files, samples=samples)
+
+
+def probe_main(scratch: str, out=None, sample_signal: Optional[str] = None, quiet_s: float = 1.0,
+               answer: str = "raw", samples: int = 5) -> int:
+    """``hpc-hangkit slurm-probe``: print (framed, :func:`hpc_hangkit.wire.emit_doc`) this node's
+    answer for the batch-step monitor: with ``answer="raw"`` its rank files (tails) and the
+    liveness of its ranks' processes (:func:`heartbeat_liveness`); with ``answer="summary"``
+    ``{"host", "answer": "summary", "summary": node_summary(scratch, samples), "ranks":
+    rank_facts_of_node(scratch)}``. With ``sample_signal``, first a fresh dump of every rank
+    quiet for ``quiet_s`` seconds (:func:`sample_quiet_ranks`), so the answer holds it. Runs
+    inside the job as its user. Raises ValueError for an unknown ``answer``."""
+    if answer not in ANSWERS:
+        raise ValueError("unknown probe answer %r (one of %s)" % (answer, ", ".join(ANSWERS)))
     out = out or sys.stdout
     if sample_signal:
         try:
             sample_quiet_ranks(scratch, sample_signal, quiet_s)
         except (ValueError, OSError) as e:  # the files are still worth sending
             sys.stderr.write("hpc-hangkit slurm-probe: no on-demand sample (%s)\n" % e)
+    if answer == "summary":
+        emit_doc({"host": socket.gethostname(), "answer": "summary",
+                  "summary": node_summary(scratch, samples), "ranks": rank_facts_of_node(scratch)}, out)
+        return 0
     emit_doc({"host": socket.gethostname(), "files": encode_files(rank_files(scratch)),
               "liveness": heartbeat_liveness(scratch)}, out)
     return 0
 
 
+def doc_files(d: dict) -> Dict[str, dict]:
+    """The rank files of one raw ``slurm-probe`` answer ``d``: ``{rel: {"size", "offset",
+    "data"}}``; a heartbeat's entry also holds ``liveness`` (``[state, seen]``) when its node
+    said it."""
+    got = decode_files(d.get("files") if isinstance(d.get("files"), dict) else {})
+    lv = d.get("liveness")
+    for rel, pair in (lv.items() if isinstance(lv, dict) else ()):
+        if rel in got and isinstance(pair, list) and len(pair) == 2:
+            got[rel]["liveness"] = pair
+    return got
+
+
 def probe_files(text: str) -> Dict[str, dict]:
-    """The rank files of the framed ``slurm-probe`` answers in ``text`` (srun output), merged:
-    ``{rel: {"size", "offset", "data"}}``; a heartbeat's entry also holds ``liveness``
-    (``[state, seen]``) when its node said it."""
+    """The rank files of the framed raw ``slurm-probe`` answers in ``text`` (srun output),
+    merged (:func:`doc_files` of each)."""
     files: Dict[str, dict] = {}
     for d in parse_docs(text):
-        got = decode_files(d.get("files", {}))
-        lv = d.get("liveness")
-        for rel, pair in (lv.items() if isinstance(lv, dict) else ()):
-            if rel in got and isinstance(pair, list) and len(pair) == 2:
-                got[rel]["liveness"] = pair
-        files.update(got)
+        files.update(doc_files(d))
     return files
 
 
@@ -178,3 +289,18 @@ class View:
             self.sizes[rel] = size
             n += 1
         return n
+
+    def apply_summary(self, host: str, summary: dict) -> str:
+        """Keep ``summary`` (a node's summary answer) as ``nodes/<host>.summary.json``, replacing
+        that node's previous one; the roll call over the view merges it. Returns the path.
+        Raises ValueError for a host name unfit for a file name, OSError when it cannot write."""
+        import json
+
+        from hpc_hangkit.rollcall.facts import SUMMARY_SUFFIX
+        if not layout.HOST_RE.match(host) or ".." in host:
+            raise ValueError("invalid node name %r" % (host,))
+        d = os.path.join(self.path, NODES_DIR)
+        os.makedirs(d, exist_ok=True)
+        out = os.path.join(d, host + SUMMARY_SUFFIX)
+        fsio.write_atomic(out, json.dumps(summary, separators=(",", ":")).encode())
+        return out

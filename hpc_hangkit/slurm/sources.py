@@ -2,33 +2,103 @@
 over the :class:`hpc_hangkit.slurm.probe.View` of every node, other nodes probed in the
 background by :class:`BackgroundProbe` through :func:`srun_probe`) and
 :class:`RasOnRankNode` (the RAS source run on a node that holds ranks).
+
+A probe is one ``srun --overlap`` step over all the other nodes (Slurm's own fan-out). Its
+output is read as it comes (:func:`hpc_hangkit.slurmjob.srun_overlap_stream`): each node's
+answer is decoded when its last line arrives and folded into the view at the next poll,
+whoever else is still to answer. At the probe's deadline (:func:`probe_deadline_s`) the
+step is stopped and the nodes that did not answer are named: each gets an unreachable
+record (:mod:`hpc_hangkit.rollcall.unreachable`: the node, since when, its ranks as last
+known) that the roll call reports, and is dropped again when the node answers. Nothing
+waits for them: the polls, the detector and its confirmation go on with what the view holds.
 """
 import logging
 import os
 import threading
 import time
-from typing import Dict, List, Optional
+from typing import Dict, List, Mapping, Optional
 
 from hpc_hangkit import layout
 from hpc_hangkit import slurmjob as slurm
 from hpc_hangkit.capture.ranks import UNKNOWN, Liveness
-from hpc_hangkit.slurm.probe import View, probe_files, rank_files
-from hpc_hangkit.wire import parse_docs
+from hpc_hangkit.slurm.probe import ANSWERS, View, doc_files, rank_files
+from hpc_hangkit.wire import DocReader
 
 log = logging.getLogger("hpc_hangkit.slurm.sources")
 
-PROBE_TIMEOUT_S = 60.0
+#: a probe's deadline is twice the poll interval, within these bounds (seconds): long enough
+#: for ``srun`` to launch on a loaded node, short enough that a node that never answers is
+#: named within a fraction of the confirm window
+PROBE_DEADLINE_MIN_S = 10.0
+PROBE_DEADLINE_MAX_S = 60.0
+#: the environment variable (the batch step's, so a site sets it in the job environment
+#: or the prolog's) that forces the answer shape: ``raw``, ``summary`` or ``auto``
+PROBE_ANSWER_ENV = "HANGKIT_PROBE_ANSWER"
+#: with ``auto``, the other nodes answer with node summaries once they are this many or
+#: more; fewer answer with their raw rank-file tails (cheap for a few nodes, and what the
+#: capture falls back on when a node does not answer it)
+SUMMARY_MIN_NODES = 4
 
+
+def probe_deadline_s(poll_interval_s: Optional[float]) -> float:
+    """Seconds a probe waits for the other nodes' answers: 2 x ``poll_interval_s``, at least
+    :data:`PROBE_DEADLINE_MIN_S` and at most :data:`PROBE_DEADLINE_MAX_S`."""
+    return min(PROBE_DEADLINE_MAX_S, max(PROBE_DEADLINE_MIN_S, 2.0 * float(poll_interval_s or 0.0)))
+
+
+def probe_answer(n_nodes: int, env: Optional[Mapping[str, str]] = None) -> str:
+    """The answer shape (``"raw"`` or ``"summary"``) for a probe of ``n_nodes`` other nodes:
+    what :data:`PROBE_ANSWER_ENV` in ``env`` forces, else (``auto``, unset) ``"summary"``
+    from :data:`SUMMARY_MIN_NODES` nodes on. Raises ValueError for another value of it."""
+    want = ((env or {}).get(PROBE_ANSWER_ENV) or "auto").strip().lower()
+    if want == "auto":
+        return "summary" if n_nodes >= SUMMARY_MIN_NODES else "raw"
+    if want not in ANSWERS:
+        raise ValueError("%s=%r: expected raw, summary or auto" % (PROBE_ANSWER_ENV, want))
+    return want
+
+
+class Answer:
+    """What a probe brought since the last :meth:`BackgroundProbe.take`: ``files`` (raw answers'
+    rank files, merged), ``nodes`` (``{host: summary answer doc}``), ``answered`` (short host
+    names), ``missing`` (``{node: why}``, set once the probe finished: the nodes that did not
+    answer), ``started`` (``clock``) and ``finished``."""
+
+    def __init__(self, started: float):
+        self.files: Dict[str, dict] = {}
+        self.nodes: Dict[str, dict] = {}
+        self.answered: set = set()
+        self.missing: Optional[Dict[str, str]] = None
+        self.started = started
+        self.finished = False
+
+    def fold(self, doc: dict) -> None:
+        """Fold one node's answer (a ``slurm-probe`` document) in."""
+        host = str(doc.get("host") or "").split(".")[0]
+        if doc.get("answer") == "summary":
+            if host and layout.HOST_RE.match(host) and isinstance(doc.get("summary"), dict):
+                self.nodes[host] = doc
+        else:
+            self.files.update(doc_files(doc))
+        if host:
+            self.answered.add(host)
+
+    def empty(self) -> bool:
+        return not (self.files or self.nodes or self.answered or self.finished)
 
 
 class BackgroundProbe:
-    """Runs ``probe(nodes) -> {rel: file}`` in a thread of its own, one probe at a time,
-    so that a slow ``srun`` never holds up a poll: :meth:`start` returns at once,
-    :meth:`take` hands over the answer of the finished probe (once), or None.
+    """Runs a probe in a thread of its own, one probe at a time, so that a slow ``srun``
+    never holds up a poll: :meth:`start` returns at once, :meth:`take` hands over what
+    arrived since the last call (an :class:`Answer`), or None.
 
-    ``clock``: seconds, monotonic. :attr:`last_seconds` is how long the latest
-    finished probe took, :attr:`last_started` when it started; a probe that raises counts as an empty answer (logged once
-    per message).
+    ``probe``: either a streaming probe (attribute ``streams`` true, :func:`srun_probe`):
+    ``probe(nodes, fold) -> {node: why}``, calling ``fold(doc)`` with each node's answer as
+    it arrives and returning the nodes that did not answer; or ``probe(nodes) -> {rel: file}``
+    (raw rank files, all at once). ``clock``: seconds, monotonic. :attr:`last_seconds` is
+    how long the latest finished probe took, :attr:`last_started` when the latest probe
+    started; a probe that raises counts as an empty answer naming no node (logged once per
+    message): a failed srun is not the nodes' fault.
     """
 
     def __init__(self, probe, clock=time.monotonic):
@@ -36,10 +106,10 @@ class BackgroundProbe:
         self.clock = clock
         self._lock = threading.Lock()
         self._thread: Optional[threading.Thread] = None
-        self._answer: Optional[Dict[str, dict]] = None
+        self._answer: Optional[Answer] = None
         self._errors = set()
         self.last_seconds: Optional[float] = None
-        #: when (``clock``) the latest finished probe started
+        #: when (``clock``) the latest probe started
         self.last_started: Optional[float] = None
 
     def busy(self) -> bool:
@@ -51,34 +121,49 @@ class BackgroundProbe:
         """Start a probe of ``nodes`` unless one runs already; True when one was started."""
         if self.busy():
             return False
-        self._thread = threading.Thread(target=self._run, args=(list(nodes),), daemon=True,
+        t0 = self.clock()
+        with self._lock:
+            self.last_started = t0
+        self._thread = threading.Thread(target=self._run, args=(list(nodes), t0), daemon=True,
                                         name="hpc-hangkit-probe")
         self._thread.start()
         return True
 
-    def _run(self, nodes: List[str]) -> None:
-        t0 = self.clock()
+    def _pending(self, t0: float) -> Answer:
+        if self._answer is None:
+            self._answer = Answer(t0)
+        return self._answer
+
+    def _fold(self, t0: float, doc: dict) -> None:
+        with self._lock:
+            self._pending(t0).fold(doc)
+
+    def _run(self, nodes: List[str], t0: float) -> None:
+        missing: Dict[str, str] = {}
         try:
-            files = self.probe(nodes) or {}
+            if getattr(self.probe, "streams", False):
+                missing = dict(self.probe(nodes, lambda doc: self._fold(t0, doc)) or {})
+            else:
+                files = self.probe(nodes) or {}
+                with self._lock:
+                    self._pending(t0).files.update(files)
         except Exception as e:  # a probe problem is evidence lost, not a monitor failure
             msg = "%s: %s" % (type(e).__name__, e)
             if msg not in self._errors:
                 self._errors.add(msg)
                 log.warning("probe of %s failed: %s", ",".join(nodes), msg)
-            files = {}
         with self._lock:
             self.last_seconds = self.clock() - t0
-            self.last_started = t0
-            prev = self._answer or {}
-            prev.update(files)
-            self._answer = prev
+            a = self._pending(t0)
+            a.finished = True
+            a.missing = missing
 
-    def take(self) -> Optional[Dict[str, dict]]:
-        """The finished probe's rank files (``{rel: file}``, possibly empty), or None
-        when no probe finished since the last call."""
+    def take(self) -> Optional[Answer]:
+        """What arrived since the last call (an :class:`Answer`, ``finished`` once its probe
+        ended), or None when nothing did."""
         with self._lock:
             got, self._answer = self._answer, None
-        return got
+        return None if got is None or got.empty() else got
 
     def wait(self, timeout: Optional[float] = None) -> bool:
         """Wait for the running probe (if any) to finish; True when none runs any more."""
@@ -88,13 +173,40 @@ class BackgroundProbe:
         return not self.busy()
 
 
+class RemoteRank:
+    """One rank process of another node as its summary answer says it
+    (:func:`hpc_hangkit.slurm.probe.rank_facts_of_node`), shaped like a heartbeat record for
+    :class:`hpc_hangkit.evidence.stacks.StackSource`'s remote-facts hook: ``rank``, ``pid``,
+    ``host``, ``counter``, ``busy``, ``label``, ``armed_mono_s``, ``path`` (the heartbeat's
+    name), ``stack`` (signature of its newest main-thread stack, or None), ``ended``."""
+
+    __slots__ = ("rank", "pid", "host", "counter", "busy", "label", "armed_mono_s", "path", "stack", "ended")
+
+    def __init__(self, name: str, f: dict):
+        self.path = name
+        self.rank = int(f["rank"])
+        self.pid = int(f["pid"])
+        self.host = str(f.get("host") or "")
+        self.counter = int(f.get("counter") or 0)
+        self.busy = int(f.get("busy") or 0)
+        self.label = str(f.get("label") or "")
+        self.armed_mono_s = float(f.get("armed_mono_s") or 0.0)
+        st = f.get("stack")
+        self.stack = str(st) if st else None
+        self.ended = bool(f.get("ended"))
+
+
 class SlurmStackSource:
     """Key ``"stacks"``: StackSource over the :class:`View` of every node's rank files.
 
-    ``probe(nodes) -> {rel: file}`` fetches the other nodes' rank files (default:
-    one ``srun --overlap`` step); it runs in the background (:class:`BackgroundProbe`)
-    and its answer enters the view at the first poll after it finished, so a probe
-    slower than the poll interval delays the remote evidence, never the local poll.
+    ``probe``: fetches the other nodes' answers (default: one ``srun --overlap`` step,
+    :func:`srun_probe`; see :class:`BackgroundProbe` for the two shapes); it runs in the
+    background and what arrived enters the view at the next poll, so a probe slower than
+    the poll interval delays the remote evidence, never the local poll. A node's summary
+    answer goes into the view as its summary (the roll call merges it) and its per-rank
+    facts feed the stack source's progress and liveness rules (``remote_facts``); a node
+    the finished probe names as not answering gets an unreachable record in the view
+    (:attr:`unreachable`), dropped when it answers again.
     ``stats() -> [StepStat]`` gives sstat counters. ``poll_interval_s``: the
     monitor's nominal interval (a probe slower than it is logged once). ``host``: this
     node's name (default ``socket.gethostname()``). A rank process of this node that
@@ -118,12 +230,17 @@ class SlurmStackSource:
         self.probe = probe
         self.background = BackgroundProbe(probe) if probe is not None else None
         self.stats = stats
+        #: ``{host: {heartbeat name: RemoteRank}}``: the latest summary answer of each node
+        self.remote: Dict[str, Dict[str, RemoteRank]] = {}
+        #: ``{node: {"since": epoch s, "ranks": [...], "why": str}}``: nodes that did not answer
+        self.unreachable: Dict[str, dict] = {}
         # this node's ranks are checked against this node's /proc and exit records, the
         # others' by their node's probe; every vanished record also goes to this node's
         # scratch, so the capture copies it
         self.inner = StackSource(view.path, stack_judge(), samples=samples, world_size=world_size,
                                  together_after_s=together_after_s, node_scratch=scratch,
-                                 remote_liveness=self._remote_liveness, host=host)
+                                 remote_liveness=self._remote_liveness, host=host,
+                                 remote_facts=self._remote_facts)
         self.probes = 0
         #: seconds between probes; the monitor raises it after a confirmation
         self.min_probe_interval_s = 0.0
@@ -135,6 +252,7 @@ class SlurmStackSource:
         self._last_answer = None  # when the probe of the latest answer started (monotonic s)
         self._local_seen = False
         self._last_stats: Dict[str, object] = {}
+        self._answered_once: set = set()  # short names of the nodes that answered at some probe
 
     def rollcall(self, det=None):
         return self.inner.rollcall(det)
@@ -143,9 +261,21 @@ class SlurmStackSource:
         """The liveness of another node's rank process, as that node's latest probe said."""
         return self.view.liveness.get(os.path.basename(hb.path), Liveness(UNKNOWN))
 
+    def _remote_facts(self) -> List[RemoteRank]:
+        """Every other node's rank processes as their latest summary answers say them."""
+        return [rr for host in sorted(self.remote) for _, rr in sorted(self.remote[host].items())]
+
     def _step_evidence(self) -> Optional[dict]:
         if self.stats is None:
             return None
+        # sstat asks every node of a step: it would wait out a silent node at each poll
+        if self.unreachable:
+            return {"error": "sstat not asked: node(s) %s unreachable" % ",".join(sorted(self.unreachable))}
+        bg = self.background
+        started = bg.last_started if bg is not None else None
+        if bg is not None and bg.busy() and started is not None and \
+                bg.clock() - started > 2.0 * (self.poll_interval_s or 1.0):
+            return {"error": "sstat not asked: the probe of the other nodes is late (a node not answering?)"}
         try:
             cur = {s.step: s for s in self.stats()}
         except Exception as e:  # sstat trouble is evidence lost, not a monitor failure
@@ -160,24 +290,91 @@ class SlurmStackSource:
         self._last_stats = cur
         return ev
 
+    def _fold_summary(self, host: str, doc: dict) -> None:
+        """A node's summary answer: its summary into the view, its rank facts remembered."""
+        from hpc_hangkit.capture.ranks import ALIVE, ENDED, GONE
+        self.view.apply_summary(host, doc["summary"])
+        ranks: Dict[str, RemoteRank] = {}
+        got = doc.get("ranks")
+        for name, f in (got.items() if isinstance(got, dict) else ()):
+            if not isinstance(f, dict) or not layout.parse_rank_file_name(str(name)):
+                continue
+            try:
+                rr = RemoteRank(str(name), f)
+            except (KeyError, TypeError, ValueError):
+                continue
+            ranks[rr.path] = rr
+            lv = f.get("liveness")
+            if isinstance(lv, list) and len(lv) == 2 and lv[0] in (ALIVE, GONE, ENDED, UNKNOWN):
+                self.view.liveness[rr.path] = Liveness(lv[0], str(lv[1]))
+        self.remote[host] = ranks
+
+    def node_ranks(self, node: str) -> List[int]:
+        """The ranks of ``node`` as last known: its heartbeats in the view (raw answers) and
+        the rank facts of its latest summary answer."""
+        from hpc_hangkit.parse.heartbeat import read_heartbeats
+        short = node.split(".")[0]
+        out = {rr.rank for rr in self.remote.get(short, {}).values()}
+        for hb in read_heartbeats(os.path.join(self.view.path, layout.HEARTBEAT_DIR)):
+            if (hb.host or "").split(".")[0] == short and hb.rank is not None and hb.rank >= 0:
+                out.add(int(hb.rank))
+        return sorted(out)
+
+    def _mark(self, answered: set, missing: Mapping[str, str]) -> None:
+        """Unreachable records: set for the ``missing`` nodes (kept since their first miss),
+        dropped for the ``answered`` ones."""
+        from hpc_hangkit.rollcall.unreachable import clear_unreachable, write_unreachable
+        for node in list(self.unreachable):
+            if node.split(".")[0] in answered:
+                log.warning("node %s answers the probe again", node)
+                del self.unreachable[node]
+                clear_unreachable(self.view.path, node)
+        for node, why in sorted(missing.items()):
+            rec = self.unreachable.get(node)
+            if rec is None:
+                rec = self.unreachable[node] = {"since": time.time()}
+                log.warning("node %s did not answer the probe (%s): its ranks %s are unreachable; the "
+                            "monitor goes on without it", node, why, self.node_ranks(node) or "(none known)")
+            rec["ranks"], rec["why"] = self.node_ranks(node), why
+            try:
+                write_unreachable(self.view.path, node, rec["since"], rec["ranks"], why)
+            except (OSError, ValueError) as e:
+                log.warning("cannot record that node %s is unreachable: %s", node, e)
+
+    def settle(self, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` seconds for a probe in flight, then fold what it brought and
+        name the nodes it found silent (:attr:`unreachable`): before a capture, so that a node
+        that stopped answering is known as such and the capture does not wait for it. A
+        probe is bounded by its deadline, so this waits at most that long (plus srun's stop)."""
+        if self.background is not None:
+            self.background.wait(timeout_s)
+            self._take_probe()
+
     def _take_probe(self) -> None:
-        files = self.background.take() if self.background is not None else None
-        if files is None:
+        got = self.background.take() if self.background is not None else None
+        if got is None:
             return
         took = self.background.last_seconds
-        if (not self._slow_probe_logged and took is not None and self.poll_interval_s
+        if (got.finished and not self._slow_probe_logged and took is not None and self.poll_interval_s
                 and took > self.poll_interval_s):
             self._slow_probe_logged = True
             log.warning("probing the other node(s) took %.1f s (poll interval %.1f s); it runs "
                         "beside the polls, so their news arrives that much later, and the "
                         "confirm window stays wall-clock time", took, self.poll_interval_s)
-        if files:
-            self.view.apply(files)
+        if got.files:
+            self.view.apply(got.files)
+        for host, doc in sorted(got.nodes.items()):
+            self._fold_summary(host, doc)
+        self._mark(got.answered, got.missing or {})
+        first = not got.answered <= self._answered_once
+        self._answered_once |= got.answered
+        if got.files or got.nodes:
             # an answer after a long gap (no probe while this node moved): what changed on the
-            # other nodes since the previous answer happened at some time in that gap
-            started = self.background.last_started
-            if self._last_answer is None or started is None or started - self._last_answer > self._fresh_s(took):
-                age = self.background.clock() - started if started is not None else 0.0
+            # other nodes since the previous answer happened at some time in that gap; a node's
+            # first answer is a baseline too (its ranks are new to the view, not new processes)
+            started = got.started
+            if first or self._last_answer is None or started - self._last_answer > self._fresh_s(took):
+                age = self.background.clock() - started
                 self.inner.absorb_remote(age_s=age)
             self._last_answer = started
 
@@ -244,25 +441,47 @@ class RasOnRankNode:
 
 
 def srun_probe(job_id: str, scratch: str, bin_argv: List[str], sample_signal: Optional[str] = None,
-               quiet_s: float = 1.0):
-    """A probe function for :class:`SlurmStackSource`: one ``srun --overlap`` step running
-    ``hpc-hangkit slurm-probe`` on the given nodes (with ``sample_signal``: each node first
-    samples its ranks quiet for ``quiet_s`` s); returns the merged rank files."""
-    argv = bin_argv + ["slurm-probe", "--scratch", scratch]
+               quiet_s: float = 1.0, answer: str = "raw", samples: int = 5,
+               deadline_s: float = PROBE_DEADLINE_MIN_S):
+    """A streaming probe for :class:`SlurmStackSource` (:class:`BackgroundProbe`): one ``srun
+    --overlap`` step running ``hpc-hangkit slurm-probe --answer <answer>`` on the given
+    nodes (with ``sample_signal``: each node first samples its ranks quiet for ``quiet_s``
+    s; ``samples``: K of their summaries). ``probe(nodes, fold)`` calls ``fold(doc)`` with
+    each node's answer as soon as it is complete, stops the step at ``deadline_s`` seconds
+    (or when every node answered) and returns ``{node: why}`` for the nodes that did not
+    answer. A srun that cannot start is logged and names no node."""
+    argv = bin_argv + ["slurm-probe", "--scratch", scratch, "--answer", answer, "--samples", str(int(samples))]
     if sample_signal:
         argv += ["--sample-signal", sample_signal, "--quiet-s", "%g" % quiet_s]
 
-    def _probe(nodes: List[str]) -> Dict[str, dict]:
+    def _probe(nodes: List[str], fold) -> Dict[str, str]:
+        rd = DocReader()
+        answered = set()
+        want = {n.split(".")[0] for n in nodes}
+
+        def on_line(line: str) -> None:
+            doc = rd.feed(line)
+            if doc is None:
+                return
+            host = str(doc.get("host") or "").split(".")[0]
+            answered.add(host)
+            fold(doc)
+
         try:
-            p = slurm.srun_overlap(job_id, nodes, argv, timeout=PROBE_TIMEOUT_S)
+            res = slurm.srun_overlap_stream(job_id, nodes, argv, on_line, deadline_s,
+                                            done=lambda: want <= answered)
         except slurm.SlurmError as e:
             log.info("probe of %s failed: %s", ",".join(nodes), e)
             return {}
-        text = p.stdout.decode("utf-8", "replace")
-        files = probe_files(text)
-        answered = len(parse_docs(text))
-        if answered < len(nodes):
-            log.info("probe: %d of %d node(s) answered (%s)", answered, len(nodes),
-                        p.stderr.decode("utf-8", "replace").strip()[-300:])
-        return files
+        missing = [n for n in nodes if n.split(".")[0] not in answered]
+        if not missing:
+            return {}
+        err = " | ".join(res.stderr.strip().splitlines()[-2:])
+        why = ("no answer within the probe's %.0f s deadline" % deadline_s if res.timed_out else
+               "the probe step ended without its answer (srun exit %s%s)" % (
+                   res.returncode, ": " + err if err else ""))
+        log.info("probe: %d of %d node(s) answered in %.1f s; not %s: %s", len(nodes) - len(missing),
+                 len(nodes), res.seconds, ",".join(missing), why)
+        return {n: why for n in missing}
+    _probe.streams = True
     return _probe

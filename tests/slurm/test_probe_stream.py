@@ -1,0 +1,214 @@
+"""The batch monitor's probe of the other nodes, read as it streams: each node's answer is
+decoded when its last line arrives, a node that does not answer by the deadline is named
+(with its ranks as last known) and not waited for, and a node may answer with its node
+summary instead of its raw files, which gives the same roll call.
+
+Real files throughout: the real watchdog dumps of a 4-rank gloo hang
+(tests/fixtures/torch_samples/gloo_divergent_barrier: rank 1 skipped the all_reduce the others
+wait in), real armed ranks for the progress rules, a fake ``srun`` (tests/fakeslurm.py) only
+where the streaming helper needs a process that prints and then never ends.
+"""
+import io
+import json
+import os
+import re
+import shutil
+import socket
+
+import pytest
+
+from fakeslurm import FakeCommands, Reply
+from testlib import REPO, start_two_ranks, validate_report
+
+from hpc_hangkit import layout
+from hpc_hangkit import slurmjob
+from hpc_hangkit.report.render import render_json, render_text
+from hpc_hangkit.rollcall import report_from_dir
+from hpc_hangkit.slurm import probe as slurm_probe
+from hpc_hangkit.slurm import sources as slurm_sources
+from hpc_hangkit.wire import DocReader, emit_doc, parse_docs
+
+GLOO = os.path.join(REPO, "tests", "fixtures", "torch_samples", "gloo_divergent_barrier", "faulthandler")
+HOST = socket.gethostname().split(".")[0]
+
+
+def node_scratch(path, ranks, copies=1):
+    """A node scratch holding the real watchdog logs of ``ranks`` (named as armed ranks name
+    them, ``rank_<r>.pid<p>.log``); ``copies`` > 1 repeats each log's dumps (a longer hang)."""
+    wd = os.path.join(path, layout.WATCHDOG_DIR)
+    os.makedirs(wd, exist_ok=True)
+    for r in ranks:
+        with open(os.path.join(GLOO, "rank_%d.log" % r), "rb") as f:
+            data = f.read()
+        pid = int(re.search(rb"pid=(\d+)", data).group(1))
+        head, _, body = data.partition(b"\n")
+        with open(os.path.join(wd, "rank_%d.pid%d.log" % (r, pid)), "wb") as f:
+            f.write(head + b"\n" + body * copies)
+    return path
+
+
+def answer_doc(scratch, answer, samples=5):
+    """A node's answer through the framing: ``(doc, bytes it carries before compression)``."""
+    buf = io.StringIO()
+    assert slurm_probe.probe_main(scratch, out=buf, answer=answer, samples=samples) == 0
+    docs = parse_docs(buf.getvalue())
+    assert len(docs) == 1
+    doc = docs[0]
+    if answer == "raw":
+        return doc, sum(len(f["data"]) for f in slurm_probe.doc_files(doc).values())
+    return doc, len(json.dumps(doc))
+
+
+def shape(rep):
+    return (rep.verdict, list(rep.suspect_ranks), [(list(g.ranks), g.role, g.state) for g in rep.groups])
+
+
+def test_each_answer_is_decoded_when_its_last_line_arrives():
+    a, b = io.StringIO(), io.StringIO()
+    emit_doc({"host": "hk2", "pad": os.urandom(3000).hex()}, a)  # random: compresses to many lines
+    emit_doc({"host": "hk3"}, b)
+    la = ["0: " + ln for ln in a.getvalue().splitlines()]
+    lb = ["1: " + ln for ln in b.getvalue().splitlines()]
+    assert len(la) > 2 and len(lb) == 1
+    rd = DocReader()
+    got = [rd.feed(ln) for ln in la[:-1]]
+    assert got == [None] * (len(la) - 1) and rd.incomplete()
+    assert rd.feed(lb[0]) == {"host": "hk3"}  # the short answer is not held up by the long one
+    assert rd.feed("srun: some message") is None
+    assert rd.feed(la[-1])["host"] == "hk2"
+    assert rd.incomplete() == {}
+
+
+def test_a_summary_answer_gives_the_raw_answers_roll_call(tmp_path):
+    """The monitor's node holds ranks 0-1, the other node ranks 2-3: the roll call over the view
+    is the same whether the other node answered with its raw files or with its node summary,
+    and the same as the direct roll call over all four logs."""
+    direct = node_scratch(str(tmp_path / "all"), range(4))
+    a = node_scratch(str(tmp_path / "a"), (0, 1))
+    b = node_scratch(str(tmp_path / "b"), (2, 3))
+    raw_doc, _ = answer_doc(b, "raw")
+    sum_doc, _ = answer_doc(b, "summary")
+    assert sum_doc["answer"] == "summary" and "files" not in sum_doc
+
+    raw_view = slurm_probe.View(str(tmp_path / "raw_view"))
+    raw_view.apply(slurm_probe.rank_files(a))
+    raw_view.apply(slurm_probe.doc_files(raw_doc))
+    sum_view = slurm_probe.View(str(tmp_path / "sum_view"))
+    sum_view.apply(slurm_probe.rank_files(a))
+    sum_view.apply_summary("hk2", sum_doc["summary"])
+    assert len(os.listdir(os.path.join(sum_view.path, layout.WATCHDOG_DIR))) == 2  # node a's raw files only
+
+    want = shape(report_from_dir(direct))
+    assert want[0] == "SPLIT" and want[1] == [1], want
+    assert shape(report_from_dir(raw_view.path)) == want
+    assert shape(report_from_dir(sum_view.path)) == want
+
+
+def test_a_summary_answer_grows_with_positions_not_with_dump_bytes(tmp_path):
+    """Four times the dumps (a hang four times as long): the raw answer grows, the summary
+    answer does not (the ranks sit at the same positions)."""
+    short = node_scratch(str(tmp_path / "short"), range(4), copies=1)
+    long_ = node_scratch(str(tmp_path / "long"), range(4), copies=4)
+    _, raw_short = answer_doc(short, "raw")
+    _, raw_long = answer_doc(long_, "raw")
+    s_short, sum_short = answer_doc(short, "summary")
+    s_long, sum_long = answer_doc(long_, "summary")
+    assert raw_long > raw_short  # (at most 64 KiB of each log: the probe's tail)
+    assert s_short["summary"]["positions"] == s_long["summary"]["positions"]
+    assert sum_long <= sum_short + 200 and 10 * sum_short < raw_short  # times and counts, no dumps
+
+
+def stream_probe(nodes_to_scratch, answer, silent=()):
+    """A streaming probe (the shape :func:`hpc_hangkit.slurm.sources.srun_probe` returns) that
+    runs ``slurm-probe`` in this process for each node instead of through srun: each answer
+    goes through the framing, line by line; the nodes in ``silent`` do not answer."""
+    def probe(nodes, fold):
+        rd = DocReader()
+        missing = {}
+        for n in nodes:
+            if n in silent or n not in nodes_to_scratch:
+                missing[n] = "no answer within the probe's 10 s deadline"
+                continue
+            buf = io.StringIO()
+            slurm_probe.probe_main(nodes_to_scratch[n], out=buf, answer=answer)
+            for ln in buf.getvalue().splitlines():
+                doc = rd.feed(ln)
+                if doc is not None:
+                    fold(doc)
+        return missing
+    probe.streams = True
+    return probe
+
+
+@pytest.mark.timeout(90)
+def test_a_node_that_does_not_answer_is_named_with_its_ranks_and_the_monitor_goes_on(spawn, tmp_path):
+    """Real armed ranks stand for the other node (rank 0 blocked, rank 1 checking in), which
+    answers with its summary. Its check-ins are progress through the per-rank facts; then it
+    stops answering: the view's roll call names it and its ranks as unreachable (text, JSON
+    per the schema) and the polls go on; when it answers again the record is gone."""
+    remote, _, _ = start_two_ranks(spawn, tmp_path, 600.0)
+    silent = set()
+    probe = stream_probe({HOST: remote}, "summary", silent)
+    local = tmp_path / "local"
+    local.mkdir()
+    src = slurm_sources.SlurmStackSource(str(local), slurm_probe.View(str(tmp_path / "view")), [HOST],
+                                         probe=probe, idle_probe_s=0.0, world_size=2, host="monitor-node",
+                                         poll_interval_s=0.5)
+    src.min_probe_interval_s = 1e9  # the test starts every probe itself
+    t = [0.0]
+
+    def answer():
+        assert src.background.start([HOST])
+        assert src.background.wait(30)
+        t[0] += 0.5
+        return src.poll(t[0]).get("stacks")
+
+    src.poll(0.0)  # the first poll starts the first probe
+    src.background.wait(30)
+    answer()  # the first answers: a baseline
+    got = answer()
+    assert got is not None and 1 in got[1].progressed and 0 not in got[1].progressed, got
+    assert "heartbeat" in got[1].progressed[1]
+    assert not src.unreachable
+    assert os.listdir(os.path.join(src.view.path, slurm_probe.NODES_DIR)) == [HOST + ".summary.json"]
+
+    silent.add(HOST)
+    got = answer()
+    assert set(src.unreachable) == {HOST} and src.unreachable[HOST]["ranks"] == [0, 1]
+    assert got is not None and not got[1].progressed  # nothing new from it: no progress, no error
+    det = src.rollcall()
+    rep = det.report
+    assert [u["node"] for u in rep.unreachable] == [HOST] and rep.unreachable[0]["ranks"] == "0-1"
+    assert "node %s: ranks 0-1, since" % HOST in render_text(rep)
+    doc = validate_report(render_json(rep), "report with an unreachable node")
+    assert doc["unreachable_nodes"][0]["node"] == HOST
+    since = src.unreachable[HOST]["since"]
+    answer()  # still silent: the record keeps its first time
+    assert src.unreachable[HOST]["since"] == since
+
+    silent.clear()
+    answer()
+    assert not src.unreachable
+    assert src.rollcall().report.unreachable == []
+    assert "unreachable_nodes" not in json.loads(render_json(src.rollcall().report))
+
+
+@pytest.mark.timeout(60)
+def test_the_stream_hands_over_each_line_and_stops_srun_at_the_deadline(tmp_path, monkeypatch):
+    """A step whose first node answered and whose second never does (srun prints the answer,
+    then waits): the answer is handed over, and at the deadline srun is stopped and the call
+    returns, naming the deadline."""
+    fake = FakeCommands(tmp_path / "bin")
+    fake.add("srun", Reply([], stdout="0: hpc-hangkit-doc a 1/1 xyz\n", sleep_s=120))
+    monkeypatch.setenv("PATH", fake.path())
+    lines = []
+    res = slurmjob.srun_overlap_stream("77", ["hk2", "hk3"], ["true"], lines.append, deadline_s=1.0)
+    assert lines == ["0: hpc-hangkit-doc a 1/1 xyz"]
+    assert res.timed_out and res.returncode is None
+    call = fake.calls("srun")[0]
+    assert call[:4] == ["--overlap", "--jobid", "77", "-w"] and "hk2,hk3" in call
+
+    fake.add("srun", Reply([], stdout="1: last line without a newline", rc=3))
+    lines.clear()
+    res = slurmjob.srun_overlap_stream("77", ["hk2"], ["true"], lines.append, deadline_s=30.0)
+    assert lines == ["1: last line without a newline"] and not res.timed_out and res.returncode == 3
