@@ -204,7 +204,7 @@ class Project:
                         ff.direct, ff.direct_line = name, n.lineno
                 else:
                     if kind == "p2p":
-                        mod.has_p2p = True
+                        mod.has_p2p = ff.p2p = True
                     ref = call_ref(mod, ff.cls, ff.qualname, n)
                     if ref is not None:
                         ff.calls.append((ref, n.lineno, n.col_offset, call_info(mod, n)))

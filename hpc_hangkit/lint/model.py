@@ -43,7 +43,7 @@ class FuncFacts:
                  "ret_level", "ret_calls", "noreturn", "witness", "via", "node", "params", "param_levels",
                  "arg_calls", "attr_params", "raises", "var_types", "ret_elems", "ret_params", "defaults",
                  "directs", "cond_ranges", "tested", "general", "ret_agreed", "agreed_attrs",
-                 "ret_elem_trips", "equal_count", "elem_args", "called")
+                 "ret_elem_trips", "equal_count", "elem_args", "called", "p2p")
 
     def __init__(self, module, qualname, cls, line, node, path=None):
         self.module = module
@@ -111,6 +111,8 @@ class FuncFacts:
         self.elem_args = []
         #: a call in the tree resolves to it (after propagation)
         self.called = False
+        #: it calls a point-to-point operation directly (``send``/``recv``...)
+        self.p2p = False
 
 
 def _params(node):

@@ -579,6 +579,9 @@ def check_module(project, mod):
     ``# hangkit: ignore`` comments applied (on the collective's line or the branch's)."""
     out = []
     for ff in mod.funcs.values():
-        _Walker(project, mod, ff, out).walk()
+        # every rule is about a collective the function reaches, or its own point-to-point
+        # calls: a function with neither has nothing to report (nested functions are their own)
+        if ff.witness or ff.p2p:
+            _Walker(project, mod, ff, out).walk()
     kept = [f for f in out if not (mod.ignored(f.line, f.code) or mod.ignored(f.related_line, f.code))]
     return sorted(kept, key=Finding.sort_key)

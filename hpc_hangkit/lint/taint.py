@@ -83,6 +83,11 @@ class Taint:
         self._at = None
         self._fn_params = set()
         self._asking = set()
+        #: id(call) -> call_kind (the function's tree lives as long as this object)
+        self._kinds = {}
+        #: (id(condition), line read at, env version) -> test_level, while the levels are built
+        self._tests = None
+        self._version = 0
         self._run()
 
     # -------------------------------------------------------------- environment
@@ -145,7 +150,7 @@ class Taint:
                     for kind, c in conds:
                         if lv == 2:
                             break
-                        lv = max(lv, 1 if kind == "except" else self.test_level(c))
+                        lv = max(lv, 1 if kind == "except" else self._cond_level(c))
                 self._at = None
                 if not lv:
                     continue
@@ -154,9 +159,11 @@ class Taint:
                     if site.get(line, 0) < lv:
                         site[line] = lv
                         changed = True
+                        self._version += 1
                     if self.env.get(name, 0) < lv:
                         self.env[name] = lv
                         changed = True
+                        self._version += 1
             if not changed:
                 break
         for (target, value, conds, part), line in zip(assigns, lines):
@@ -165,7 +172,7 @@ class Taint:
                 lv = self.trip_level(value)
                 if conds:
                     for kind, c in conds:
-                        lv = max(lv, 1 if kind == "except" else self.test_level(c))
+                        lv = max(lv, 1 if kind == "except" else self._cond_level(c))
                 self._at = None
             else:  # a loop's element, a part of an unpacked tuple: what the name holds
                 lv = max([self.env.get(n, 0) for n in _names(target)] or [0])
@@ -174,10 +181,22 @@ class Taint:
                     self.trip_env[name] = lv
         for target, value, conds, part in assigns:
             for kind, c in conds:
-                if kind == "if" and self.test_level(c) == 2:
+                if kind == "if" and self._cond_level(c) == 2:
                     for name in _names(target):
                         self.guarded_by.setdefault(name, c)
                     break
+        self._tests = None
+
+    def _cond_level(self, c):
+        """:meth:`test_level` of branch condition ``c`` read at ``self._at``, remembered while
+        the environment does not change (an assignment's conditions are read in every pass)."""
+        if self._tests is None:
+            self._tests = {}
+        key = (id(c), self._at, self._version)
+        got = self._tests.get(key)
+        if got is None:
+            got = self._tests[key] = self.test_level(c)
+        return got
 
     def _loop_pairs(self, target, it):
         """A loop's assignments: ``for i, x in enumerate(xs)`` gives ``i`` the iteration's
@@ -302,10 +321,16 @@ class Taint:
     # -------------------------------------------------------------- calls
     def call_kind(self, call):
         """:func:`call_kind` of ``call`` in this function's module (through the tree's
-        re-exports when a project is known)."""
-        if self.project is not None:
-            return self.project.call_kind(self.mod, call)
-        return call_kind(self.mod, call)
+        re-exports when a project is known); asked once per call (the levels are read in
+        several passes)."""
+        got = self._kinds.get(id(call))
+        if got is None:
+            if self.project is not None:
+                got = self.project.call_kind(self.mod, call)
+            else:
+                got = call_kind(self.mod, call)
+            self._kinds[id(call)] = got
+        return got
 
     # -------------------------------------------------------------- levels
     def level(self, e):
