@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # slurm/testbed/down.sh - stop the test cluster started by up.sh. Idempotent.
-#   down.sh           cancel jobs, stop slurmd hk1/hk2 and slurmctld (by the
-#                     PIDs in their pid files), and munged if up.sh started it
+#   down.sh           cancel jobs, stop every slurmd hk1..hkN of this cluster
+#                     (whatever HK_NODES up.sh was given) and slurmctld, by the
+#                     PIDs in their pid files, and munged if up.sh started it
 #   down.sh --purge   also delete $HK_ROOT (state, logs, node /tmp dirs,
 #                     storage), the config files up.sh generated, and take back
 #                     the o+x permissions up.sh granted

@@ -5,6 +5,8 @@
 # running cluster alone (well under a second); changed settings rewrite the
 # config and restart the daemons. Stop it with slurm/testbed/down.sh.
 #
+# HK_NODES=N (1..32, default 2) gives N nodes hk1..hkN, each a slurmd of its own.
+#
 # Debian 12 (Slurm 22.05) and Debian 13 (Slurm 24.11) natively; any of 22.05,
 # 24.11 and 26.05 from a Debian root: HK_SLURM=24.11 bash slurm/testbed/up.sh
 # (slurm/testbed/inroot.sh: builds the root once, runs this script inside it;
@@ -21,9 +23,9 @@
 #      etc/config.toml (the site TOML: short windows for tests), and
 #      /etc/slurm/slurm.conf, /etc/slurm/plugstack.conf.d/hpc-hangkit-testbed.conf
 #   4. adds the non-root test users hkuser and hkuser2 (jobs are tested as them)
-#   5. starts slurmctld and slurmd hk1, hk2, each slurmd in its own UTS+mount
+#   5. starts slurmctld and slurmd hk1 .. hkN, each slurmd in its own UTS+mount
 #      namespace: hostname hkN, private /tmp = $HK_ROOT/nodes/hkN/tmp
-#   6. waits for both nodes idle and runs a 2-node srun as hkuser
+#   6. waits for every node idle and runs an N-node srun as hkuser
 #
 # Settings (environment, all optional):
 #   HK_ROOT=/var/tmp/hk-slurm   state, logs, pid files, node dirs, storage
@@ -32,7 +34,9 @@
 #                               HK_CTLD_PORT/HK_SLURMD_PORT): its daemons and
 #                               clients then need SLURM_CONF=$HK_ETC/slurm.conf,
 #                               which $HK_ROOT/run/env exports (source it)
-#   HK_CTLD_PORT=6817 HK_SLURMD_PORT=6818 (nodes use HK_SLURMD_PORT, +1, ...)
+#   HK_NODES=2                  nodes hk1..hkN (1..32), HK_CPUS=8 CPUs (task slots)
+#                               and HK_MEM=2000 MB each (declared, not checked)
+#   HK_CTLD_PORT=6817 HK_SLURMD_PORT=6818 (nodes use HK_SLURMD_PORT, +1, ..., +N-1)
 #   HK_PYTHON                   interpreter with hpc_hangkit installed
 #                               (default: $PYTHON or python3 on PATH)
 #   HK_DEFAULT_MODE=observe     plugstack default= (site default mode)
@@ -57,7 +61,7 @@ if [ -n "${HK_SLURM:-}" ] && [ -z "${HK_IN_ROOT:-}" ]; then
 	fi
 fi
 HK_ROOT=${HK_ROOT:-/var/tmp/hk-slurm}
-HK_NODES=2
+HK_NODES=${HK_NODES:-2}
 HK_CPUS=${HK_CPUS:-8}
 HK_MEM=${HK_MEM:-2000}
 HK_CLUSTER=hangkit
@@ -69,6 +73,7 @@ HK_DEFAULT_MODE=${HK_DEFAULT_MODE:-observe}
 HK_INSTALL=${HK_INSTALL:-1}
 HK_WAIT=${HK_WAIT:-90}
 ETC=${HK_ETC:-/etc/slurm}
+case "$HK_NODES" in [1-9]|[12][0-9]|3[0-2]) ;; *) echo "up.sh: HK_NODES=$HK_NODES: give 1..32" >&2; exit 2 ;; esac
 if [ "$ETC" != /etc/slurm ]; then
 	export SLURM_CONF=$ETC/slurm.conf   # daemons and clients of this cluster
 fi
@@ -200,7 +205,8 @@ for n in "${NODES[@]}"; do
 	chmod 1777 "$HK_ROOT/nodes/$n/tmp"
 done
 chmod 0755 "$HK_ROOT" "$HK_ROOT/bin" "$HK_ROOT/lib" "$HK_ROOT/etc"
-grep -qw hk1 /etc/hosts || echo "127.0.0.1 ${NODES[*]}" >> /etc/hosts
+missing=(); for n in "${NODES[@]}"; do grep -qw "$n" /etc/hosts || missing+=("$n"); done
+[ ${#missing[@]} -eq 0 ] || echo "127.0.0.1 ${missing[*]}" >> /etc/hosts
 
 changed=0
 put() { # file content [mode]: write if different, remember the change
@@ -333,12 +339,13 @@ put "$HK_ROOT/run/settings" "nodes=${NODES[*]} py=$PY repo=$REPO etc=$ETC"
 put "$HK_ROOT/run/env" "$MARK
 # source this to talk to this cluster
 export HK_ROOT=$HK_ROOT HK_ETC=$ETC HK_CTLD_PORT=$HK_CTLD_PORT HK_SLURMD_PORT=$HK_SLURMD_PORT
-$( [ "$ETC" = /etc/slurm ] || echo "export SLURM_CONF=$ETC/slurm.conf" )" 0644
+$( [ "$ETC" = /etc/slurm ] || echo "export SLURM_CONF=$ETC/slurm.conf" )$( [ "$HK_NODES" = 2 ] || printf '\nexport HK_NODES=%s' "$HK_NODES" )" 0644
 
 # ---------------------------------------------------------------- 5. daemons
 any_up=0
 alive "$HK_ROOT/run/slurmctld.pid" slurmctld && any_up=1
-for n in "${NODES[@]}"; do alive "$HK_ROOT/run/slurmd-$n.pid" slurmd && any_up=1; done
+# every slurmd of this cluster, also those of nodes a larger HK_NODES started before
+for f in "$HK_ROOT"/run/slurmd-*.pid; do [ -e "$f" ] && alive "$f" slurmd && any_up=1; done
 if [ "$changed" = 1 ] && [ "$any_up" = 1 ]; then
 	log "config changed: restarting daemons"
 	HK_ROOT="$HK_ROOT" HK_ETC="$ETC" HK_KEEP_MUNGE=1 bash "$HERE/down.sh" >&2
@@ -382,8 +389,12 @@ for k in $(seq $((HK_WAIT * 2))); do
 	states=$(sinfo -h -N -p "$HK_PARTITION" -o '%N %T' 2>/dev/null | sort -u)
 	bad=$(echo "$states" | awk '$2 !~ /^(idle|mixed|allocated|completing)$/ {print $1}')
 	# a restarted slurmctld shows saved node states before slurmd registered
+	# (one scontrol call for all nodes: 32 calls every half second would load the machine)
+	starts=$(scontrol show node -o 2>/dev/null | awk '{n = ""; s = ""
+		for (i = 1; i <= NF; i++) { if ($i ~ /^NodeName=/) n = substr($i, 10); if ($i ~ /^SlurmdStartTime=/) s = substr($i, 17) }
+		print n, s}')
 	for n in ${STARTED[@]+"${STARTED[@]}"}; do
-		st=$(scontrol show node -o "$n" 2>/dev/null | grep -o 'SlurmdStartTime=[^ ]*' | cut -d= -f2)
+		st=$(echo "$starts" | awk -v n="$n" '$1 == n {print $2}')
 		st=$(date -d "$st" +%s 2>/dev/null || echo 0)
 		[ "$st" -ge $((T_START - 1)) ] || bad="$bad $n"
 	done
