@@ -22,7 +22,8 @@ import time
 import pytest
 
 from testlib import validate_report, wait_for
-from test_slurm_cluster import HK_ROOT, WORK, as_user, jobs, cluster, node_scratch, out_of  # noqa: F401
+from test_slurm_cluster import (HK_ROOT, WORK, as_user, cluster, gloo_script, jobs, node_scratch,  # noqa: F401
+                                out_of)
 
 pytestmark = pytest.mark.slurm
 
@@ -137,3 +138,29 @@ def test_a_node_whose_slurmd_stops_is_named_unreachable_and_the_hang_still_confi
     wait_for(lambda: "node hk2 answers the probe again" in open(mon_log).read(), 60, 0.5,
              what="hk2 answering again")
     assert not any(s in node_state("hk2") for s in ("down", "drain", "fail")), node_state("hk2")
+
+
+@pytest.mark.timeout(300)
+def test_summary_answers_give_the_raw_answers_verdict_on_a_real_hang(jobs):
+    """The 4-rank gloo job across both nodes (rank 1 skips an all_reduce), watched once with
+    the other node answering raw and once answering with its node summary: the monitor's
+    roll call at the confirmation (over its view) and the confirmed report agree."""
+    seen = {}
+    for answer in ("raw", "summary"):
+        j = jobs.submit("gloo-" + answer, gloo_script("always", time_min=2), "--hang-detect=observe",
+                        "--export=ALL,HANGKIT_PROBE_ANSWER=" + answer)
+        wait_for(lambda: "HANG CONFIRMED in job %s attempt 0" % j in out_of(j), 150, 0.5,
+                 what="the confirmation (%s answers)" % answer, detail=lambda: out_of(j)[-3000:])
+        view = glob.glob(os.path.join(node_scratch("hk1", j), ".monitor_view.*"))[0]
+        kept = os.listdir(os.path.join(view, "nodes")) if os.path.isdir(os.path.join(view, "nodes")) else []
+        assert kept == (["hk2.summary.json"] if answer == "summary" else []), kept
+        wd = os.listdir(os.path.join(view, "watchdog"))
+        assert any(n.startswith("rank_2.") for n in wd) == (answer == "raw"), wd
+        # the monitor's own roll call at the confirmation: over its view (raw files or summary)
+        suspected = re.search(r"hang CONFIRMED stacks: .*\(verdict (\w+), suspects (\[[0-9, ]*\])\)", out_of(j))
+        rep = validate_report(open(os.path.join(node_scratch("hk1", j), "hang_detector", "report.json")).read(),
+                              "report.json (%s answers)" % answer)
+        seen[answer] = (suspected.groups() if suspected else None, rep["verdict"], rep["suspect_ranks"])
+        subprocess.run(["scancel", j], timeout=30)
+    assert seen["summary"] == seen["raw"], seen
+    assert seen["raw"][2] == [1]
