@@ -182,6 +182,8 @@ def test_a_node_that_does_not_answer_is_named_with_its_ranks_and_the_monitor_goe
     assert "node %s: ranks 0-1, since" % HOST in render_text(rep)
     doc = validate_report(render_json(rep), "report with an unreachable node")
     assert doc["unreachable_nodes"][0]["node"] == HOST
+    from hpc_hangkit.report.html import render_html
+    assert "node %s unreachable (did not answer the monitor's probe): ranks 0-1" % HOST in render_html(rep)
     since = src.unreachable[HOST]["since"]
     answer()  # still silent: the record keeps its first time
     assert src.unreachable[HOST]["since"] == since
@@ -212,3 +214,42 @@ def test_the_stream_hands_over_each_line_and_stops_srun_at_the_deadline(tmp_path
     lines.clear()
     res = slurmjob.srun_overlap_stream("77", ["hk2"], ["true"], lines.append, deadline_s=30.0)
     assert lines == ["1: last line without a newline"] and not res.timed_out and res.returncode == 3
+
+
+def test_the_answer_shape_and_the_deadline_follow_the_job_and_the_poll_interval():
+    assert slurm_sources.probe_answer(1) == "raw" and slurm_sources.probe_answer(3) == "raw"
+    assert slurm_sources.probe_answer(slurm_sources.SUMMARY_MIN_NODES) == "summary"
+    assert slurm_sources.probe_answer(1, {slurm_sources.PROBE_ANSWER_ENV: "summary"}) == "summary"
+    assert slurm_sources.probe_answer(100, {slurm_sources.PROBE_ANSWER_ENV: "RAW"}) == "raw"
+    with pytest.raises(ValueError, match="raw, summary or auto"):
+        slurm_sources.probe_answer(1, {slurm_sources.PROBE_ANSWER_ENV: "tails"})
+    assert slurm_sources.probe_deadline_s(1.0) == slurm_sources.PROBE_DEADLINE_MIN_S
+    assert slurm_sources.probe_deadline_s(15.0) == 30.0
+    assert slurm_sources.probe_deadline_s(600.0) == slurm_sources.PROBE_DEADLINE_MAX_S
+
+
+@pytest.mark.timeout(60)
+def test_srun_probe_folds_the_answer_that_came_and_names_the_silent_node(tmp_path, monkeypatch):
+    """``srun_probe`` over a srun that prints one node's real summary answer and never ends (the
+    other node's slurmd is gone): that answer is folded, the silent node is named with the
+    deadline as the reason, and the node side is asked for summaries with the monitor's K."""
+    b = node_scratch(str(tmp_path / "b"), (2, 3))
+    doc, _ = answer_doc(b, "summary", samples=3)
+    doc["host"] = "hk2"  # as node hk2 says it
+    buf = io.StringIO()
+    emit_doc(doc, buf)
+    text = "".join("0: " + ln + "\n" for ln in buf.getvalue().splitlines())
+    fake = FakeCommands(tmp_path / "bin")
+    fake.add("srun", Reply([], stdout=text, sleep_s=120))
+    monkeypatch.setenv("PATH", fake.path())
+    probe = slurm_sources.srun_probe("77", "/scratch/job_77/attempt_0", ["hpc-hangkit"], answer="summary",
+                                     samples=3, deadline_s=1.0)
+    assert probe.streams
+    folded = []
+    missing = probe(["hk2", "hk3"], folded.append)
+    assert list(missing) == ["hk3"] and "1 s deadline" in missing["hk3"]
+    assert [d["answer"] for d in folded] == ["summary"] and folded[0]["summary"]["k"] == 3
+    argv = fake.calls("srun")[0]
+    tail = argv[argv.index("--") + 1:]
+    assert tail[:4] == ["hpc-hangkit", "slurm-probe", "--scratch", "/scratch/job_77/attempt_0"]
+    assert tail[4:8] == ["--answer", "summary", "--samples", "3"]
