@@ -16,12 +16,16 @@ Layouts (see docs/internals.md)::
         unwatched/rank_<r>.pid<pid>.txt        why arming failed (one line)
         vanished/rank_<r>.pid<pid>.txt         the monitor saw the process gone with no exit record
         hang_detector/                         capture output (same tree as storage)
+        step_<s>/                              = $HANGKIT_SCRATCH_DIR of interactive step s
+                                               (an srun outside a batch script, e.g. in salloc):
+            watchdog/ heartbeats/ ... hang_detector/   the same tree, that step's ranks only
 
     <storage_url>/<job_id>/attempt_<n>/hang_detector/
         stack_traces/rank_<i>.log  watchdog/  heartbeats/  unwatched/
         nccl_ras/ncclras_report.txt  nccl_ras/ncclras_<timestamp>.json
         nvidia_smi/node_<host>.log  flight_recorder/rank_<i>.json
         events.jsonl  report.txt  report.json
+    <storage_url>/<job_id>/attempt_<n>/step_<s>/hang_detector/   the same, of step s
 
 Names built from ids (job id, rank, pid, host, timestamp) are validated here, before they
 reach a path: a job id, host or timestamp holding ``/``, ``..``, NUL, whitespace or shell
@@ -145,6 +149,38 @@ def job_scratch_dir(scratch_dir, job_id, attempt):
 
     return os.path.join(scratch_dir, "job_%s" % validate_job_id(job_id),
                         "attempt_%d" % _nonneg(attempt, "attempt"))
+
+
+#: an interactive step's own directory under the attempt, in node scratch and in storage:
+#: ``step_<n>`` (``<n>``: Slurm's step id). The SPANK plugin (spank/hangkit_spank.c,
+#: STEP_DIR_PREFIX) points such a step's ranks there; the ranks of a batch script's sruns
+#: write to the attempt directory itself.
+STEP_DIR_PREFIX = "step_"
+STEP_DIR_RE = re.compile(r"^step_([0-9]{1,10})\Z")
+
+
+def step_dir_name(step_id) -> str:
+    """``step_<n>`` for a Slurm step id (int or digit string, at most 10 digits). Raises
+    ValueError for anything else (negative, ``1/2``, ``..``, the batch/extern names)."""
+    s = str(step_id)
+    if not (s.isdigit() and s.isascii()) or len(s) > 10:
+        raise ValueError("invalid step id %r: expected a number" % (step_id,))
+    return STEP_DIR_PREFIX + str(int(s))
+
+
+def step_of(name) -> Optional[int]:
+    """``n`` of a step directory name ``step_<n>`` (:data:`STEP_DIR_RE`), or None if
+    ``name`` is not one."""
+    m = STEP_DIR_RE.match(name) if isinstance(name, str) else None
+    return int(m.group(1)) if m else None
+
+
+def step_scratch_dir(attempt_scratch, step_id):
+    """Node scratch of one interactive step: ``<attempt scratch>/step_<n>`` (its
+    HANGKIT_SCRATCH_DIR). Raises ValueError like :func:`step_dir_name`."""
+    import os
+
+    return os.path.join(attempt_scratch, step_dir_name(step_id))
 
 
 #: an attempt directory (scratch or storage): ``attempt_<n>``

@@ -235,15 +235,19 @@ def write_job_record(url: str, data: bytes) -> None:
 # --------------------------------------------------------------------------- the report
 
 def publish_report(storage_url: str, job_id, attempt: int, hd_dir: str,
-                   user: Optional[str] = None) -> str:
+                   user: Optional[str] = None, step=None) -> str:
     """Copy ``report.txt``/``report.json`` (and ``report.html`` when the monitor wrote it)
-    of the local ``hd_dir`` to ``<storage_url>/<job_id>/attempt_<n>/hang_detector/`` (the
+    of the local ``hd_dir`` to ``<storage_url>/<job_id>/attempt_<n>/hang_detector/``, or with
+    ``step`` (an interactive step's id) to ``.../attempt_<n>/step_<s>/hang_detector/`` (the
     epilog stores the same files later; this makes the report visible at once). Returns the
     URL of the stored ``report.txt``. Raises OSError for a missing local report (txt/json), ValueError for a bad id or
     ``{user}``, :class:`StoreRefused` when a ``file://`` job path is not the user's own
     (the rules of :class:`LocalStore`, as for the collector), and whatever storage raises."""
     url = attempt_url(storage_url, job_id, attempt, user)
     store = open_store(url, job_id, attempt)
+    hd_rel = layout.HANG_DETECTOR_DIR
+    if step is not None:
+        hd_rel = layout.step_dir_name(step) + "/" + hd_rel
     try:
         store.prepare()
         for name in (layout.REPORT_TXT, layout.REPORT_JSON, layout.REPORT_HTML):
@@ -254,10 +258,10 @@ def publish_report(storage_url: str, job_id, attempt: int, hd_dir: str,
                 if name == layout.REPORT_HTML:
                     continue  # the page is optional: its failure never costs the text report
                 raise
-            store.write_bytes(layout.HANG_DETECTOR_DIR + "/" + name, data)
+            store.write_bytes(hd_rel + "/" + name, data)
     finally:
         store.close()
-    return "%s/%s/%s" % (url, layout.HANG_DETECTOR_DIR, layout.REPORT_TXT)
+    return "%s/%s/%s" % (url, hd_rel, layout.REPORT_TXT)
 
 
 # --------------------------------------------------------------------------- the collector's store

@@ -63,6 +63,8 @@
 SPANK_PLUGIN(hangkit, 1);
 
 #define ENV_FILE "hangkit.env"
+/* hpc_hangkit.layout.STEP_DIR_PREFIX */
+#define STEP_DIR_PREFIX "step_"
 #define ENV_MAX (64 * 1024)
 
 static char *opt_mode = NULL;   /* --hang-detect */
@@ -219,6 +221,11 @@ static int _key_ok(const char *k, size_t n)
 }
 
 static int strip_only = 0;      /* step with --hang-detect=off in an armed job */
+/* an interactive step's id (srun outside a batch script): its ranks write to
+ * <attempt scratch>/step_<id> (hpc_hangkit.layout.step_scratch_dir), so steps
+ * that run at the same time in one allocation never share a directory */
+static int own_step = 0;
+static uint32_t own_step_id = 0;
 
 #define PP_MAX (128 * 1024)
 
@@ -286,6 +293,21 @@ static void _apply(spank_t sp, char *key, char *val)
 			}
 		}
 		free(old);
+		return;
+	}
+	if (!strcmp(key, "HANGKIT_SCRATCH_DIR") && own_step) {
+		char step_dir[PATH_MAX];
+		if (snprintf(step_dir, sizeof(step_dir), "%s/" STEP_DIR_PREFIX "%u",
+			     val, own_step_id) >= (int) sizeof(step_dir)) {
+			slurm_error("hpc-hangkit: step scratch path too long: "
+				    "this task is not armed");
+			return;
+		}
+		/* as the job's user, in the attempt directory the prolog
+		 * gave the user; a second task of the node finds it made */
+		if (mkdir(step_dir, 0700) && errno != EEXIST)
+			slurm_error("hpc-hangkit: cannot make %s: %m", step_dir);
+		spank_setenv(sp, key, step_dir, 1);
 		return;
 	}
 	spank_setenv(sp, key, val, !strcmp(key, "HANGKIT_SCRATCH_DIR"));
@@ -497,6 +519,24 @@ int slurm_spank_local_user_init(spank_t sp, int ac, char **av)
 	return 0;
 }
 
+/* A step of its own directory: a normal step (not batch, extern or
+ * interactive-shell) whose tasks were not started from a batch script. The
+ * batch script's environment (ENVIRONMENT=BATCH, set by sbatch) reaches the
+ * tasks of its sruns: those share the attempt directory, which the batch
+ * monitor watches. The same rule decides whether srun starts a step monitor
+ * (_start_step_monitor). */
+static int _interactive_step(spank_t sp, uint32_t stepid)
+{
+	char kind[16] = "";
+
+	if (stepid > SLURM_MAX_NORMAL_STEP_ID)
+		return 0;
+	if (spank_getenv(sp, "ENVIRONMENT", kind, sizeof(kind)) == ESPANK_SUCCESS
+	    && !strcmp(kind, "BATCH"))
+		return 0;
+	return 1;
+}
+
 int slurm_spank_task_init(spank_t sp, int ac, char **av)
 {
 	uint32_t stepid = 0;
@@ -515,11 +555,13 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av)
 		}
 		return 0;
 	}
+	if (spank_get_item(sp, S_JOB_STEPID, &stepid) != ESPANK_SUCCESS)
+		stepid = SLURM_BATCH_SCRIPT;
+	own_step = _interactive_step(sp, stepid);
+	own_step_id = stepid;
 	if (_apply_env_file(sp) == 0)
 		env_applied = 1;
 	if (!bin || !env_applied)
-		return 0;
-	if (spank_get_item(sp, S_JOB_STEPID, &stepid) != ESPANK_SUCCESS)
 		return 0;
 	if (stepid == SLURM_BATCH_SCRIPT)
 		_start_monitor(sp);

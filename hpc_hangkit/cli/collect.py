@@ -34,6 +34,15 @@ def collect_cmd(job_id, attempt, as_json, out_dir, live, storage_url, html_path)
     <storage_url>/<job_id>/attempt_<n>/hang_detector/. A copy that a failed
     epilog left in this node's scratch is finished first.
 
+    Interactive steps (sruns in salloc, or srun alone) keep their ranks'
+    files apart, under attempt_<n>/step_<s>/: each gets a roll call of its
+    own, printed after a line "=== job J attempt N step S ===" (and one
+    "=== job J attempt N: batch script ===" before the attempt's own report
+    when there are both). With --json and steps, one object {"job", "attempt",
+    "reports": [{"step": S or null, "report": ...}]}; with --html and steps,
+    FILE is the first report and each further one goes to FILE's name with
+    ".step_<s>" before its extension.
+
     \b
     Exit status:
       0  report printed
@@ -78,17 +87,57 @@ def collect_cmd(job_id, attempt, as_json, out_dir, live, storage_url, html_path)
             click.echo("hpc-hangkit collect: " + note, err=True)
         click.echo("hpc-hangkit collect: job %s attempt %d from %s" % (
             job_id, got.attempt, got.source), err=True)
-        click.echo(render.render_json(got.report) if as_json else render.render_text(got.report))
+        parts = got.parts
+        plain = len(parts) == 1 and parts[0].step is None   # no interactive steps: as ever
+        if plain:
+            click.echo(render.render_json(got.report) if as_json else render.render_text(got.report))
+        elif as_json:
+            import json
+
+            click.echo(json.dumps({"job": job_id, "attempt": got.attempt, "reports": [
+                {"step": p.step, "report": json.loads(render.render_json(p.report))}
+                for p in parts]}, indent=2))
+        else:
+            for i, p in enumerate(parts):
+                if i:
+                    click.echo("")
+                click.echo(_part_title(job_id, got.attempt, p.step))
+                click.echo(render.render_text(p.report))
         if html_path:
             from hpc_hangkit.report import html
 
-            ev = html.gather_evidence(got.hd_dir, html_path, got.report)
-            if not keep:  # the gathered tree is removed below: no links into it
-                ev = ev._replace(files=[], more={})
-            write_output(html_path, html.render_html(got.report, ev), "--html")
+            for i, p in enumerate(parts):
+                path = html_path if i == 0 else _step_html_path(html_path, p.step)
+                ev = html.gather_evidence(p.hd_dir, path, p.report)
+                if not keep:  # the gathered tree is removed below: no links into it
+                    ev = ev._replace(files=[], more={})
+                write_output(path, html.render_html(p.report, ev), "--html")
     finally:
         if not keep:
-            shutil.rmtree(os.path.dirname(got.hd_dir), ignore_errors=True)
+            shutil.rmtree(_gathered_root(got), ignore_errors=True)
+
+
+def _part_title(job_id, attempt, step) -> str:
+    """The line above one report of an attempt with interactive steps."""
+    if step is None:
+        return "=== job %s attempt %d: batch script ===" % (job_id, attempt)
+    return "=== job %s attempt %d step %d ===" % (job_id, attempt, step)
+
+
+def _step_html_path(path, step) -> str:
+    """``report.html`` -> ``report.step_<s>.html`` (``report`` -> ``report.step_<s>``)."""
+    from hpc_hangkit import layout
+
+    stem, ext = os.path.splitext(path)
+    return "%s.%s%s" % (stem, layout.step_dir_name(step), ext)
+
+
+def _gathered_root(got) -> str:
+    """The temporary directory every part was gathered into (``<root>/hang_detector``,
+    ``<root>/step_<s>/hang_detector``)."""
+    p = got.parts[0]
+    up = os.path.dirname(p.hd_dir)
+    return up if p.step is None else os.path.dirname(up)
 
 
 def _denied(job_id, err) -> str:

@@ -431,15 +431,28 @@ def _aside_why(name):
 # storage paths
 
 
+def _split_step(rel):
+    """``(step dir + "/", rest)`` of a scratch path under an interactive step's own
+    directory (``step_<s>/...``, :data:`hpc_hangkit.layout.STEP_DIR_RE`), else ``("", rel)``."""
+    head, sep, rest = rel.partition("/")
+    if sep and layout.step_of(head) is not None:
+        return head + "/", rest
+    return "", rel
+
+
 def _dest_rel(rel):
-    """Scratch path -> path under the storage attempt dir."""
+    """Scratch path -> path under the storage attempt dir: ``<f>`` ->
+    ``hang_detector/<f>``, and an interactive step's ``step_<s>/<f>`` ->
+    ``step_<s>/hang_detector/<f>`` (each step a tree of its own, never mixed)."""
+    step, rel = _split_step(rel)
     if rel == HANG_DETECTOR or rel.startswith(HANG_DETECTOR + "/"):
-        return rel
-    return HANG_DETECTOR + "/" + rel
+        return step + rel
+    return step + HANG_DETECTOR + "/" + rel
 
 
 def _priority(rel):
-    # copy the small, decisive evidence first: reports, stack dumps, heartbeats
+    # copy the small, decisive evidence first: reports, stack dumps, heartbeats (of every step)
+    rel = _split_step(rel)[1]
     order = ("hang_detector/report", "hang_detector/stack_traces/", "watchdog/",
              "hang_detector/watchdog/", "heartbeats/", "hang_detector/heartbeats/",
              "unwatched/", "hang_detector/events", "hang_detector/flight_recorder/",

@@ -100,20 +100,23 @@ def _finish_selector(info):
     return select
 
 
-def fetch_from_storage(storage_url, job_id, attempt, dest_dir, user=None):
-    """Download ``<storage>/<job>/attempt_<n>/hang_detector/`` into ``dest_dir/hang_detector``.
+def fetch_from_storage(storage_url, job_id, attempt, dest_dir, user=None, step=None):
+    """Download ``<storage>/<job>/attempt_<n>/hang_detector/`` into ``dest_dir/hang_detector``
+    (with ``step``, an interactive step's ``.../attempt_<n>/step_<s>/hang_detector/`` into
+    ``dest_dir/step_<s>/hang_detector``).
 
     Every object name is checked (no ``..``, no absolute parts) before it is
     joined to ``dest_dir``; symlinks (file systems) are skipped. Returns the local hang_detector path and the
-    number of files. Raises FileNotFoundError if the attempt has no files.
+    number of files. Raises FileNotFoundError if the attempt (step) has no files.
     """
-    src = attempt_url(storage_url, job_id, attempt, user) + "/" + HANG_DETECTOR
+    sub = HANG_DETECTOR if step is None else layout.step_dir_name(step) + "/" + HANG_DETECTOR
+    src = attempt_url(storage_url, job_id, attempt, user) + "/" + sub
     fs, root = fs_and_root(src)
     try:
         found = fs.find(root, detail=True)
     except FileNotFoundError:
         found = {}
-    out = os.path.join(dest_dir, HANG_DETECTOR)
+    out = os.path.join(dest_dir, *sub.split("/"))
     n = 0
     for path in sorted(found):
         info = found[path]
@@ -133,14 +136,44 @@ def fetch_from_storage(storage_url, job_id, attempt, dest_dir, user=None):
     return out, n
 
 
-class Collected:
-    """Result of :func:`collect_job`: ``report`` (rollcall Report), ``hd_dir``
-    (local hang_detector tree it was built from), ``source`` (``live`` or the
-    storage URL), ``attempt`` (int), ``notes`` (list of str for the user)."""
+def stored_steps(storage_url, job_id, attempt, user=None):
+    """Interactive steps with a directory in storage under ``<job>/attempt_<n>/``
+    (``step_<s>``; sorted step ids); [] if none. Storage errors propagate."""
+    fs, root = fs_and_root(attempt_url(storage_url, job_id, attempt, user))
+    try:
+        entries = fs.ls(root, detail=False)
+    except FileNotFoundError:
+        return []
+    out = {layout.step_of(e.rstrip("/").rsplit("/", 1)[-1]) for e in entries}
+    return sorted(out - {None})
 
-    def __init__(self, report, hd_dir, source, attempt, notes):
-        self.report, self.hd_dir, self.source = report, hd_dir, source
+
+class Part:
+    """One roll call of a collected attempt: ``step`` (None: the attempt's own tree, the
+    batch script's ranks; else an interactive step's id), ``report`` (rollcall Report),
+    ``hd_dir`` (the local hang_detector tree it was built from)."""
+
+    def __init__(self, step, report, hd_dir):
+        self.step, self.report, self.hd_dir = step, report, hd_dir
+
+
+class Collected:
+    """Result of :func:`collect_job`: ``parts`` (list of :class:`Part`: the attempt's own
+    tree first when it has files, then each interactive step's, by step id; never empty),
+    ``source`` (``live`` or the storage URL), ``attempt`` (int), ``notes`` (list of str for
+    the user). ``report`` and ``hd_dir`` are the first part's."""
+
+    def __init__(self, parts, source, attempt, notes):
+        self.parts, self.source = parts, source
         self.attempt, self.notes = attempt, notes
+
+    @property
+    def report(self):
+        return self.parts[0].report
+
+    @property
+    def hd_dir(self):
+        return self.parts[0].hd_dir
 
 
 def collect_job(job_id, *, attempt=None, settings=None, out_dir=None, live=None,
@@ -156,10 +189,12 @@ def collect_job(job_id, *, attempt=None, settings=None, out_dir=None, live=None,
       answers are merged under ``out_dir/hang_detector`` (``timeout_s``
       bounds the step).
     - Otherwise downloads ``<storage>/<job>/attempt_<n>/hang_detector`` (the
-      newest attempt unless ``attempt`` is given).
+      newest attempt unless ``attempt`` is given) and each interactive step's
+      ``.../attempt_<n>/step_<s>/hang_detector``: one roll call per tree, so
+      steps that ran at the same time in one allocation are never mixed.
 
-    ``out_dir``: where the gathered tree goes (a temp dir if None; the caller
-    removes it). Returns :class:`Collected`. Raises ValueError (bad id),
+    ``out_dir``: where the gathered trees go (``hang_detector/``, ``step_<s>/hang_detector/``;
+    a temp dir if None; the caller removes it). Returns :class:`Collected`. Raises ValueError (bad id),
     FileNotFoundError (nothing stored or gathered), RuntimeError (Slurm or
     storage unusable, with the reason).
     """
@@ -192,26 +227,37 @@ def collect_job(job_id, *, attempt=None, settings=None, out_dir=None, live=None,
     made = out_dir is None
     out_dir = out_dir or tempfile.mkdtemp(prefix="hangkit-collect-")
     try:
-        hd_dir, source, used_attempt = _gather(asked, key, info, attempt, settings, user,
-                                               out_dir, timeout_s, notes)
-        from hpc_hangkit.rollcall import report_from_dir
-
-        report = report_from_dir(hd_dir, settings)
+        trees, source, used_attempt = _gather(asked, key, info, attempt, settings, user,
+                                              out_dir, timeout_s, notes)
+        parts = _roll_calls(trees, settings)
     except BaseException as e:
         if made:
             shutil.rmtree(out_dir, ignore_errors=True)
         if notes and isinstance(e, (FileNotFoundError, RuntimeError)):
             raise type(e)("%s (%s)" % (e, "; ".join(notes))) from e
         raise
-    return Collected(report, hd_dir, source, used_attempt, notes)
+    return Collected(parts, source, used_attempt, notes)
+
+
+def _roll_calls(trees, settings):
+    """One :class:`Part` per gathered ``(step, hd_dir)``, each roll call over its own tree
+    alone (:func:`hpc_hangkit.rollcall.report_from_dir` with the site's settings). The
+    attempt's own tree is left out when interactive steps were gathered and it holds no
+    rank's file (an allocation whose ranks all ran in steps: its tree has only node-wide
+    files such as the job environment)."""
+    from hpc_hangkit.rollcall import report_from_dir
+
+    if len(trees) > 1 and trees[0][0] is None and not _has_rank_files(trees[0][1]):
+        trees = trees[1:]
+    return [Part(step, report_from_dir(hd_dir, settings), hd_dir) for step, hd_dir in trees]
 
 
 def _gather(asked, key, info, attempt, settings, user, out_dir, timeout_s, notes):
-    """Live from the nodes or from storage -> (hd_dir, source, attempt)."""
+    """Live from the nodes or from storage -> ([(step or None, hd_dir)], source, attempt)."""
     if info is not None and info["running"] and attempt in (None, info["attempt"]):
-        hd_dir, n, more = _gather_live(key, info, settings, out_dir, timeout_s)
+        trees, n, more = _gather_live_all(key, info, settings, out_dir, timeout_s)
         notes.extend(more)
-        return hd_dir, "live from %d node(s) (%d files)" % (len(info["nodes"]), n), \
+        return trees, "live from %d node(s) (%d files)" % (len(info["nodes"]), n), \
             info["attempt"]
     if not settings.storage_url:
         raise RuntimeError("job %s is not running and no storage_url is configured"
@@ -224,11 +270,23 @@ def _gather(asked, key, info, attempt, settings, user, out_dir, timeout_s, notes
     if used not in attempts:
         raise FileNotFoundError("job %s has no attempt_%d in storage (have: %s)" % (
             asked, used, ", ".join(str(a) for a in attempts)))
-    hd_dir, n = fetch_from_storage(settings.storage_url, key, used, out_dir, user)
+    trees = []
+    try:
+        trees.append((None, fetch_from_storage(settings.storage_url, key, used, out_dir, user)[0]))
+    except FileNotFoundError:
+        pass                        # an allocation whose ranks were all in interactive steps
+    for step in stored_steps(settings.storage_url, key, used, user):
+        try:
+            trees.append((step, fetch_from_storage(settings.storage_url, key, used, out_dir, user,
+                                                   step=step)[0]))
+        except FileNotFoundError:
+            notes.append("%s in storage holds no files" % layout.step_dir_name(step))
+    if not trees:
+        raise FileNotFoundError("no files under %s" % attempt_url(settings.storage_url, key, used, user))
     if len(attempts) > 1:
         notes.append("attempts in storage: %s (showing %d; --attempt N for another)" % (
             ", ".join(str(a) for a in attempts), used))
-    return hd_dir, attempt_url(settings.storage_url, key, used, user), used
+    return trees, attempt_url(settings.storage_url, key, used, user), used
 
 
 def _current_user():
@@ -257,6 +315,74 @@ def _job_info(job_id):
     return {"running": state in ("RUNNING", "SUSPENDED"), "state": state,
             "attempt": int(info.restarts or 0), "nodes": list(info.nodes),
             "jobid": str(info.job_id)}
+
+
+def _has_rank_files(hd_dir) -> bool:
+    """Whether a gathered tree holds any rank's file (a dump, heartbeat, marker or stack),
+    not only node-wide evidence such as nvidia-smi."""
+    if os.path.exists(os.path.join(hd_dir, layout.REPORT_JSON)):
+        return True
+    return any(layout.list_rank_files(os.path.join(hd_dir, sub))
+               for sub in (layout.WATCHDOG_DIR, layout.HEARTBEAT_DIR, layout.UNWATCHED_DIR,
+                           layout.EXITS_DIR, layout.VANISHED_DIR)) or \
+        bool(os.path.isdir(os.path.join(hd_dir, layout.STACK_TRACES_DIR))
+             and os.listdir(os.path.join(hd_dir, layout.STACK_TRACES_DIR)))
+
+
+def _live_steps(key):
+    """``(step id, nodes)`` of the job's running numeric steps (``sstat``, then
+    ``scontrol show step``); [] when Slurm cannot say."""
+    from hpc_hangkit import slurmjob as slurm
+
+    out = []
+    try:
+        stats = slurm.step_stats(key)
+    except (slurm.SlurmError, OSError):
+        return []
+    for st in stats:
+        jid, _, sid = st.step.partition(".")
+        if jid != key or not sid.isdigit():
+            continue
+        try:
+            si = slurm.step_info("%s.%s" % (key, sid))
+        except (slurm.SlurmError, OSError, ValueError):
+            si = None
+        if si is not None and si.nodes:
+            out.append((int(sid), list(si.nodes)))
+    return sorted(out)
+
+
+def _gather_live_all(key, info, settings, out_dir, timeout_s):
+    """The attempt's own tree (:func:`_gather_live`) and each running interactive step's
+    (its ``step_<s>`` node scratch, on the step's nodes, into ``out_dir/step_<s>/hang_detector``)
+    -> ([(step or None, hd_dir)], files merged, notes). A step's tree without any rank file
+    (a batch script's srun: its ranks are in the attempt's tree) is left out. Raises like :func:`_gather_live`
+    when nothing came back at all."""
+    from hpc_hangkit.gather import capture_job
+
+    trees, total, notes, first_error = [], 0, [], None
+    try:
+        hd_dir, n, more = _gather_live(key, info, settings, out_dir, timeout_s)
+        trees.append((None, hd_dir))
+        total += n
+        notes.extend(more)
+    except (FileNotFoundError, RuntimeError) as e:
+        first_error = e
+    attempt_dir = job_scratch(settings.scratch_dir, key, info["attempt"])
+    for sid, nodes in _live_steps(key):
+        hd_root = os.path.join(out_dir, layout.step_dir_name(sid), HANG_DETECTOR)
+        os.makedirs(hd_root, exist_ok=True)
+        got = capture_job(key, nodes, layout.step_scratch_dir(attempt_dir, sid),
+                          [sys.executable, "-m", "hpc_hangkit"], hd_root, timeout_s=timeout_s)
+        if got.files and _has_rank_files(hd_root):
+            trees.append((sid, hd_root))
+            total += got.files
+            notes.extend("step %d: %s" % (sid, n) for n in got.notes)
+        else:
+            shutil.rmtree(os.path.dirname(hd_root), ignore_errors=True)
+    if not trees:
+        raise first_error or FileNotFoundError("live gather of job %s returned no files" % key)
+    return trees, total, notes
 
 
 def _gather_live(key, info, settings, out_dir, timeout_s):

@@ -511,10 +511,11 @@ class StepMonitor(BatchMonitor):
     user's HOME, else a private temporary directory; sstat evidence is this step's alone;
     and in ``fail`` mode the step is ended (``scancel J.S``), never requeued.
 
-    The step's ranks are found in the job's node scratch, which every step of the job
-    shares: steps that run at the same time in one allocation are watched together
-    (each step's monitor sees the other's ranks too), as the batch monitor watches
-    every step of a batch job.
+    The step's ranks are found in its own node scratch, ``step_<s>`` under the attempt's
+    (:func:`hpc_hangkit.layout.step_scratch_dir`, where the SPANK plugin points an
+    interactive step's ranks), so steps that run at the same time in one allocation are
+    watched apart; its early report goes to ``.../attempt_<n>/step_<s>/hang_detector/``
+    in storage, where the epilog stores the step's files.
 
     ``step``: ``"<job>.<step>"``; ``info``: the step as Slurm lists it. Raises ValueError
     for a bad step id.
@@ -528,13 +529,28 @@ class StepMonitor(BatchMonitor):
         env["SLURM_JOB_ID"] = job
         super().__init__(settings, env, bin_argv)
         self.step = "%s.%s" % (job, sid)
-        self.node_scratch = layout.job_scratch_dir(settings.scratch_dir, job, self.attempt)
+        self.sid = sid
+        self.node_scratch = layout.step_scratch_dir(
+            layout.job_scratch_dir(settings.scratch_dir, job, self.attempt), sid)
         self.scratch = _private_dir(env, job, sid)
         self.hd_dir = os.path.join(self.scratch, layout.HANG_DETECTOR_DIR)
         self.nodes = list(info.nodes)
         self.others = list(info.nodes)
         self.world_size = info.ntasks
         self.what = "step %s" % self.step
+
+    def publish_report(self) -> Optional[str]:
+        """The report to ``<storage_url>/<job_id>/attempt_<n>/step_<s>/hang_detector/`` now
+        (:meth:`BatchMonitor.publish_report`, this step's directory)."""
+        base = getattr(self.settings, "storage_url", None)
+        if not base:
+            return None
+        try:
+            return storage.publish_report(base, self.job_id, self.attempt, self.hd_dir,
+                                          self.job.user, step=self.sid)
+        except Exception as e:  # the epilog copies it later anyway
+            log.warning("could not copy the report to storage now (%s); the epilog will", e)
+            return None
 
     def step_stats(self):
         """sstat counters of this step only: another step of the allocation running says
