@@ -19,12 +19,21 @@ RANKISH = re.compile(r"rank|RANK|environ|getenv|PROCID|process_index|is_main|is_
 #: a function whose own text matches none of these holds no rank-dependent or rank-local value by
 #: itself (what its parameters, ``self`` attributes or callees carry is added later): its facts
 #: need no :class:`~hpc_hangkit.lint.taint.Taint`. Every name the taint reads a level from
-#: by its own spelling is covered (rank names and calls, environment, file, clock, random, host,
-#: memory, sizes and per-rank data, except handlers)
-FUNC_RANKISH = re.compile(RANKISH.pattern + r"|RANK|PROCID|procid|proc_id|process_index|main|master|leader|chief|"
-                          r"primary|zero|root|first|stat|access|walk|host|platform|node|disk_usage|getsize|getmtime|"
-                          r"psutil|iterdir|is_file|is_dir|numel|nelement|shape|size|count_nonzero|__len__|local|"
-                          r"Sampler|split_dataset|shard|chunk|items")
+#: by its own spelling is covered, and little else (a quarter of torch's functions name ``size``
+#: or ``node`` without holding a rank-local value): the rank (``rank``, the environment,
+#: ``is_main``/``is_master``/... tests and their ``main_process`` spellings), the rank-local calls
+#: of :data:`~hpc_hangkit.lint.collectives.LOCAL_CALLS` / ``LOCAL_PREFIXES`` / ``LOCAL_METHODS``
+#: by their module or name (``time``, not ``timeout``; ``stat``, not ``state``; a name imported
+#: under another spelling is checked apart), sizes and emptiness, per-rank data names
+#: (:data:`~hpc_hangkit.lint.collectives.DATAISH`, local parts, samplers) and ``except``
+#: handlers. Rank names outside these are added from the tables (``Project._extra_rank``).
+FUNC_RANKISH = re.compile(
+    r"rank|RANK|PROCID|procid|proc_id|process_index|environ|getenv|"
+    r"is_main|main_process|is_local_main|is_master|is_leader|is_chief|is_primary|global_zero|local_zero|"
+    r"is_first|exists|isfile|isdir|listdir|scandir|glob|\bstat\b|access|walk|host|platform|disk_usage|getsize|"
+    r"getmtime|psutil|iterdir|is_file|is_dir|\brand|random|\btime\b|perf_counter|monotonic|process_time|time_ns|"
+    r"memory_allocated|memory_reserved|mem_get_info|numel|nelement|shape|size|count_nonzero|__len__|"
+    r"batch|shard|chunk|sample|files|local|my_|Sampler|split_dataset|except")
 _IGNORE = re.compile(r"#\s*hangkit:\s*ignore(?:\[([A-Z0-9, ]+)\])?")
 
 
