@@ -17,13 +17,13 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
 
 from testlib import validate_report, wait_for
-from test_slurm_cluster import (HK_ROOT, WORK, as_user, cluster, gloo_script, jobs, node_scratch,  # noqa: F401
-                                out_of)
+from test_slurm_cluster import HK_ROOT, WORK, cluster, gloo_script, jobs, node_scratch, out_of  # noqa: F401
 
 pytestmark = pytest.mark.slurm
 
@@ -91,7 +91,6 @@ def test_a_node_whose_slurmd_stops_is_named_unreachable_and_the_hang_still_confi
     with open(os.path.join(WORK, "probe_rank.py"), "w") as f:
         f.write(RANK)
     os.chmod(os.path.join(WORK, "probe_rank.py"), 0o644)
-    import sys
     j = jobs.submit("probe-gone", JOB % {"work": WORK, "py": sys.executable}, "--hang-detect=observe",
                     "--export=ALL,HANGKIT_PROBE_ANSWER=summary")
     hk1 = node_scratch("hk1", j)

@@ -18,10 +18,11 @@ import socket
 import pytest
 
 from fakeslurm import FakeCommands, Reply
-from testlib import REPO, start_two_ranks, validate_report
+from testlib import REPO, start_two_ranks, validate_report, wait_for
 
 from hpc_hangkit import layout
 from hpc_hangkit import slurmjob
+from hpc_hangkit.parse.heartbeat import read_heartbeats
 from hpc_hangkit.report.render import render_json, render_text
 from hpc_hangkit.rollcall import report_from_dir
 from hpc_hangkit.slurm import probe as slurm_probe
@@ -166,6 +167,10 @@ def test_a_node_that_does_not_answer_is_named_with_its_ranks_and_the_monitor_goe
     src.poll(0.0)  # the first poll starts the first probe
     src.background.wait(30)
     answer()  # the first answers: a baseline
+    seen = next(rr.counter for rr in src.remote[HOST].values() if rr.rank == 1)
+    hb_dir = os.path.join(remote, layout.HEARTBEAT_DIR)
+    wait_for(lambda: any(h.rank == 1 and h.counter > seen for h in read_heartbeats(hb_dir)), 30,
+             what="rank 1 checking in after the baseline")  # (a loaded machine may starve it a while)
     got = answer()
     assert got is not None and 1 in got[1].progressed and 0 not in got[1].progressed, got
     assert "heartbeat" in got[1].progressed[1]
