@@ -13,7 +13,7 @@ import ast
 import os
 
 from hpc_hangkit.lint import collectives as C
-from hpc_hangkit.lint.model import FUNC_RANKISH, FuncFacts, defaults_of, dotted, names_of, nodes_of, functions_of, qualify, walk_local
+from hpc_hangkit.lint.model import FUNC_EMPTY_TEST, FUNC_RANKISH, FUNC_SIZE, FuncFacts, defaults_of, dotted, names_of, nodes_of, functions_of, qualify, walk_local
 from hpc_hangkit.lint.taint import Taint, call_kind
 from hpc_hangkit.lint.taint import _AGREEING_ARG0, _AGREEING_ARG1
 from hpc_hangkit.lint.taint import _is_flag as _flag
@@ -329,7 +329,7 @@ class Project:
         if ff.qualname == "<module>" or not mod.lines or getattr(node, "end_lineno", None) is None:
             return True
         text = "\n".join(mod.lines[node.lineno - 1:node.end_lineno])
-        if FUNC_RANKISH.search(text):
+        if FUNC_RANKISH.search(text) or (FUNC_SIZE.search(text) and FUNC_EMPTY_TEST.search(text)):
             return True
         if self._extra_rank is None:
             self._extra_rank = [n for n in C.RANK_NAMES | C.RANK_CALLS if not FUNC_RANKISH.search(n)]

@@ -10,7 +10,7 @@ import re
 
 __all__ = ["ModuleFacts", "FuncFacts", "module_name", "load_module", "dotted", "qualify", "walk_local", "scopes",
            "nodes_of", "names_of", "defaults_of",
-           "parse_ignores", "functions_of", "enclosing_chain"]
+           "parse_ignores", "functions_of", "enclosing_chain", "FUNC_SIZE", "FUNC_EMPTY_TEST"]
 
 #: a module whose text matches none of these holds no rank-dependent or rank-local value
 RANKISH = re.compile(r"rank|RANK|environ|getenv|PROCID|process_index|is_main|is_local_main|global_zero|is_master|"
@@ -30,10 +30,14 @@ RANKISH = re.compile(r"rank|RANK|environ|getenv|PROCID|process_index|is_main|is_
 FUNC_RANKISH = re.compile(
     r"rank|RANK|PROCID|procid|proc_id|process_index|environ|getenv|"
     r"is_main|main_process|is_local_main|is_master|is_leader|is_chief|is_primary|global_zero|local_zero|"
-    r"is_first|exists|isfile|isdir|listdir|scandir|glob|\bstat\b|access|walk|host|platform|disk_usage|getsize|"
-    r"getmtime|psutil|iterdir|is_file|is_dir|\brand|random|\btime\b|perf_counter|monotonic|process_time|time_ns|"
-    r"memory_allocated|memory_reserved|mem_get_info|numel|nelement|shape|size|count_nonzero|__len__|"
-    r"batch|shard|chunk|sample|files|local|my_|Sampler|split_dataset|except")
+    r"is_first|exists|isfile|isdir|listdir|scandir|\b[ir]?glob\b|\bstat\b|access|walk|host|platform|disk_usage|"
+    r"getsize|getmtime|psutil|iterdir|is_file|is_dir|\brand|random|\btime\b|perf_counter|monotonic|process_time|"
+    r"time_ns|memory_allocated|memory_reserved|mem_get_info|batch|shard|chunk|sample|files|to_local|"
+    r"local_(tensor|data|items|rows)|my_|Sampler|split_dataset|except")
+#: sizes are read only by an emptiness test (``x.numel() == 0``, ``x.shape[0] > 0``, ``not
+#: x.size(0)``); the sizes of per-rank data names are covered by their names above
+FUNC_SIZE = re.compile(r"numel|nelement|shape|size|count_nonzero|__len__")
+FUNC_EMPTY_TEST = re.compile(r"(==|!=|>=|<|>)\s*[01]\b|\bnot\b")
 _IGNORE = re.compile(r"#\s*hangkit:\s*ignore(?:\[([A-Z0-9, ]+)\])?")
 
 
