@@ -21,9 +21,11 @@ the monitor does (:meth:`hpc_hangkit.slurm.batch.BatchMonitor.sources`, poll int
 times, one poll interval apart. Per call: wall time (``time.perf_counter``), CPU of the
 calling process and its reaped children (``resource.getrusage`` SELF + CHILDREN: srun and
 whatever the probe runs here), and the CPU of the whole machine (``/proc/stat``: every node's
-slurmstepd and probe process run on this one host, and so does everything else on it: noisy).
-Answer bytes: the probe's own node command (read from the probe function) run once more
-through :func:`hpc_hangkit.slurmjob.srun_overlap`, its stdout divided by the nodes. Anchor:
+slurmstepd and probe process run on this one host, and so does everything else on it; on a
+saturated host it is only cores x wall). Answer bytes: the probe's own node command (read from
+the probe function) run once more through :func:`hpc_hangkit.slurmjob.srun_overlap`, its stdout
+divided by the nodes; then once more under a wrapper on each node that prints the CPU of that
+node's probe process (``getrusage`` CHILDREN there): each node's own cost of answering. Anchor:
 the same ``srun --overlap`` step running ``/bin/true`` (Slurm's launch alone).
 
 Growth exponents: log-log slope over the probed nodes (N-1). Projection to 1,000 and 10,000
@@ -89,6 +91,10 @@ def _probe_argv(probe):
     return None
 
 
+_REMOTE_CPU = ("import resource, subprocess, sys; subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL); "
+               "r = resource.getrusage(resource.RUSAGE_CHILDREN); print('%.3f' % (r.ru_utime + r.ru_stime))")
+
+
 def _timed(fn):
     s0, c0 = _cpu_s()
     m0 = _machine_busy_s()
@@ -142,6 +148,12 @@ def inner(reps, poll, out):
             p = slurm.srun_overlap(bm.job_id, bm.others, argv, timeout=300)
             res["answer_bytes"] = len(p.stdout)
             res["answer_tasks"] = len({ln.split(b":", 1)[0] for ln in p.stdout.splitlines() if b":" in ln})
+            # each node's own cost of answering: the CPU of its probe process, measured there
+            # (the host's CPU counters say nothing here: others load the same two cores)
+            p = slurm.srun_overlap(bm.job_id, bm.others, [sys.executable, "-c", _REMOTE_CPU] + argv,
+                                   timeout=300)
+            res["remote_cpu_s"] = [float(ln.split(b":", 1)[1]) for ln in p.stdout.splitlines()
+                                   if b":" in ln and ln.split(b":", 1)[1].strip().replace(b".", b"").isdigit()]
         for i in range(reps):
             time.sleep(poll)
             _, row = _timed(lambda: slurm.srun_overlap(bm.job_id, bm.others, ["/bin/true"], timeout=300))
@@ -428,16 +440,17 @@ def main(argv=None):
                "anchor_wall_s": _median(an, "wall_s"), "anchor_machine_cpu_s": _median(an, "machine_cpu_s"),
                "anchor_cpu_s": statistics.median([p["cpu_self_s"] + p["cpu_children_s"] for p in an]),
                "bytes_per_node": (r.get("answer_bytes") or 0) / max(1, n - 1),
+               "remote_cpu_s": statistics.median(r["remote_cpu_s"]) if r.get("remote_cpu_s") else float("nan"),
                "answered": [p["answered"] for p in ps], "load1": _median(ps, "load1"),
                "missing": sorted({m for p in ps for m in p.get("missing") or ()}),
                "shape": _shape(r.get("probe_argv"))}
         rows.append(row)
         print("N=%2d (job %s, %d ranks hung, %s answers): poll wall %.2f s (min %.2f, max %.2f), CPU %.2f s "
-              "(self %.2f), machine CPU %.2f s; %.0f answer bytes/node; answered %s; "
+              "(self %.2f), machine CPU %.2f s; each node's probe process %.2f s CPU; %.0f answer bytes/node; answered %s; "
               "anchor srun /bin/true %.2f s wall, %.2f s CPU, machine %.2f s; load %.1f%s"
               % (n, r["job"], r["ranks_hung"], row["shape"], row["wall_s"], min(p["wall_s"] for p in ps),
                  max(p["wall_s"] for p in ps), row["cpu_s"], row["cpu_self_s"], row["machine_cpu_s"],
-                 row["bytes_per_node"], row["answered"], row["anchor_wall_s"], row["anchor_cpu_s"],
+                 row["remote_cpu_s"], row["bytes_per_node"], row["answered"], row["anchor_wall_s"], row["anchor_cpu_s"],
                  row["anchor_machine_cpu_s"], row["load1"], "; NOT ANSWERED: " + ",".join(row["missing"]) if row["missing"] else ""))
     allres["rows"] = rows
     if len(rows) >= 2:
@@ -448,9 +461,6 @@ def main(argv=None):
         print("growth exponents over the probed nodes %s: poll wall %.2f, CPU %.2f, machine CPU %.2f; "
               "anchor (Slurm's launch alone) wall %.2f, CPU %.2f"
               % (xs, ex["wall_s"], ex["cpu_s"], ex["machine_cpu_s"], ex["anchor_wall_s"], ex["anchor_cpu_s"]))
-        per_node = [(r["machine_cpu_s"] - r["anchor_machine_cpu_s"]) / (r["n"] - 1) for r in rows]
-        print("each probed node's own work beyond Slurm's launch (machine CPU minus the anchor's, per node): "
-              "%s s" % ", ".join("%.2f" % x for x in per_node))
         pj = project(rows)
         allres["projection"] = pj
         m = pj["model"]
