@@ -13,7 +13,7 @@ import ast
 import os
 
 from hpc_hangkit.lint import collectives as C
-from hpc_hangkit.lint.model import FUNC_EMPTY_TEST, FUNC_RANKISH, FUNC_SIZE, FuncFacts, defaults_of, dotted, names_of, nodes_of, functions_of, qualify, walk_local
+from hpc_hangkit.lint.model import FUNC_RANKISH, FUNC_SIZE, FuncFacts, defaults_of, dotted, names_of, nodes_of, functions_of, qualify, walk_local
 from hpc_hangkit.lint.taint import Taint, call_kind
 from hpc_hangkit.lint.taint import _AGREEING_ARG0, _AGREEING_ARG1
 from hpc_hangkit.lint.taint import _is_flag as _flag
@@ -61,6 +61,10 @@ def call_ref(mod, cls, scope, call):
     if len(parts) == 2 and parts[0] in mod.bases:
         return ("cls", mod.key, parts[0], parts[1])
     return None
+
+
+#: word -> 2 (names what the taint reads: FUNC_RANKISH), 1 (a size), 0 (neither)
+_WORDS = {}
 
 
 def _closeness(a, b):
@@ -321,23 +325,36 @@ class Project:
         return _restored(self._saved, cls, attr, value)
 
     def _rankish(self, mod, ff):
-        """The text of function ``ff`` names something the taint reads a level from
-        (:data:`~hpc_hangkit.lint.model.FUNC_RANKISH`, a configured rank source, or a name the
-        module imports from a rank-local call or module under another spelling: ``from time
-        import perf_counter as clock``, ``from random import choice``)."""
+        """The code of function ``ff`` (its own scope: the words :func:`~hpc_hangkit.lint.model.scopes`
+        collected) names something the taint reads a level from
+        (:data:`~hpc_hangkit.lint.model.FUNC_RANKISH`; a size with an emptiness test; a
+        configured rank source; a name the module imports from a rank-local call or module
+        under another spelling: ``from time import perf_counter as clock``, ``from random
+        import choice``). Each distinct word is matched once per process."""
         node = ff.node
-        if ff.qualname == "<module>" or not mod.lines or getattr(node, "end_lineno", None) is None:
+        if ff.qualname == "<module>":
             return True
-        text = "\n".join(mod.lines[node.lineno - 1:node.end_lineno])
-        if FUNC_RANKISH.search(text) or (FUNC_SIZE.search(text) and FUNC_EMPTY_TEST.search(text)):
+        words = mod.words.get(id(node))
+        if words is None:
+            return True
+        sized = False
+        for w in words:
+            got = _WORDS.get(w)
+            if got is None:
+                got = _WORDS[w] = 2 if FUNC_RANKISH.search(w) else 1 if FUNC_SIZE.search(w) else 0
+            if got == 2:
+                return True
+            if got == 1:
+                sized = True
+        if sized and ("0" in words or "not" in words):
             return True
         if self._extra_rank is None:
-            self._extra_rank = [n for n in C.RANK_NAMES | C.RANK_CALLS if not FUNC_RANKISH.search(n)]
-        if any(n in text for n in self._extra_rank):
+            self._extra_rank = frozenset(n for n in C.RANK_NAMES | C.RANK_CALLS if not FUNC_RANKISH.search(n))
+        if not words.isdisjoint(self._extra_rank):
             return True
         if self._local_alias is None or self._local_alias[0] is not mod:
-            self._local_alias = (mod, _local_aliases(mod))
-        return any(alias in text for alias in self._local_alias[1])
+            self._local_alias = (mod, frozenset(_local_aliases(mod)))
+        return not words.isdisjoint(self._local_alias[1])
 
     def _agreement(self, mod, ff, rets, attr_vals, agreed, nodes):
         """Which of ``ff``'s return values and ``self`` attribute assignments are agreed through

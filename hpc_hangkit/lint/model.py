@@ -10,23 +10,25 @@ import re
 
 __all__ = ["ModuleFacts", "FuncFacts", "module_name", "load_module", "dotted", "qualify", "walk_local", "scopes",
            "nodes_of", "names_of", "defaults_of",
-           "parse_ignores", "functions_of", "enclosing_chain", "FUNC_SIZE", "FUNC_EMPTY_TEST"]
+           "parse_ignores", "functions_of", "enclosing_chain", "FUNC_SIZE"]
 
 #: a module whose text matches none of these holds no rank-dependent or rank-local value
 RANKISH = re.compile(r"rank|RANK|environ|getenv|PROCID|process_index|is_main|is_local_main|global_zero|is_master|"
                      r"is_leader|exists|isfile|isdir|listdir|scandir|glob|random|rand|cuda|time|batch|shard|chunk|"
                      r"sample|dataset|loader|inputs|records|rows|files|data|except")
-#: a function whose own text matches none of these holds no rank-dependent or rank-local value by
-#: itself (what its parameters, ``self`` attributes or callees carry is added later): its facts
-#: need no :class:`~hpc_hangkit.lint.taint.Taint`. Every name the taint reads a level from
-#: by its own spelling is covered, and little else (a quarter of torch's functions name ``size``
-#: or ``node`` without holding a rank-local value): the rank (``rank``, the environment,
+#: a function whose own words (:func:`scopes`: its names, attributes, parameters, short strings)
+#: match none of these holds no rank-dependent or rank-local value by itself (what its
+#: parameters, ``self`` attributes or callees carry is added later): its facts need no
+#: :class:`~hpc_hangkit.lint.taint.Taint`. Every name the taint reads a level from by its own
+#: spelling is covered, and little else (a quarter of torch's functions name ``size`` or
+#: ``node`` without holding a rank-local value): the rank (``rank``, the environment,
 #: ``is_main``/``is_master``/... tests and their ``main_process`` spellings), the rank-local calls
 #: of :data:`~hpc_hangkit.lint.collectives.LOCAL_CALLS` / ``LOCAL_PREFIXES`` / ``LOCAL_METHODS``
 #: by their module or name (``time``, not ``timeout``; ``stat``, not ``state``; a name imported
-#: under another spelling is checked apart), sizes and emptiness, per-rank data names
+#: under another spelling is checked apart), per-rank data names
 #: (:data:`~hpc_hangkit.lint.collectives.DATAISH`, local parts, samplers) and ``except``
-#: handlers. Rank names outside these are added from the tables (``Project._extra_rank``).
+#: handlers; sizes count with an emptiness test (:data:`FUNC_SIZE`). Rank names outside these
+#: are added from the tables (``Project._extra_rank``).
 FUNC_RANKISH = re.compile(
     r"rank|RANK|PROCID|procid|proc_id|process_index|environ|getenv|"
     r"is_main|main_process|is_local_main|is_master|is_leader|is_chief|is_primary|global_zero|local_zero|"
@@ -37,7 +39,6 @@ FUNC_RANKISH = re.compile(
 #: sizes are read only by an emptiness test (``x.numel() == 0``, ``x.shape[0] > 0``, ``not
 #: x.size(0)``); the sizes of per-rank data names are covered by their names above
 FUNC_SIZE = re.compile(r"numel|nelement|shape|size|count_nonzero|__len__")
-FUNC_EMPTY_TEST = re.compile(r"(==|!=|>=|<|>)\s*[01]\b|\bnot\b")
 _IGNORE = re.compile(r"#\s*hangkit:\s*ignore(?:\[([A-Z0-9, ]+)\])?")
 
 
@@ -161,7 +162,7 @@ class ModuleFacts:
 
     __slots__ = ("path", "key", "name", "imports", "stars", "funcs", "bases", "attr_levels", "ignores", "lines",
                  "tree", "is_package", "has_p2p", "local", "rankish", "attr_types", "collective_attrs",
-                 "attr_agreed")
+                 "attr_agreed", "words")
 
     def __init__(self, path, name, tree, text, is_package=False):
         self.path = path
@@ -187,6 +188,8 @@ class ModuleFacts:
         self.rankish = bool(RANKISH.search(text))
         #: id(function or module node) -> the nodes that run in its frame (see :func:`scopes`)
         self.local = {}
+        #: id(scope) -> the words its code spells (:func:`scopes`)
+        self.words = {}
 
     def line_text(self, line):
         """The stripped source text of 1-based ``line`` ('' when out of range)."""
@@ -315,37 +318,64 @@ _LEAF_T = frozenset([ast.Load, ast.Store, ast.Del, ast.Name, ast.Constant, ast.a
 
 
 def scopes(tree):
-    """One pass over ``tree``: ``({id(scope): [nodes]}, [import nodes])`` where a scope is
-    the module or a function, and its nodes are those :func:`walk_local` yields for it that
-    are of a type in :data:`KEPT` (a nested function's body belongs to its own scope;
-    lambda and class bodies to no scope, their methods to their own)."""
+    """One pass over ``tree``: ``({id(scope): [nodes]}, [import nodes], {id(scope): {words}})``
+    where a scope is the module or a function, and its nodes are those :func:`walk_local`
+    yields for it that are of a type in :data:`KEPT` (a nested function's body belongs to its
+    own scope; lambda and class bodies to no scope, their methods to their own). Its words are
+    what the taint can read a level from by spelling: names, attributes, parameters, short
+    string constants, ``"except"`` for a handler, ``"not"`` and ``"0"`` (a ``not`` or a
+    constant 0 or 1, the makings of an emptiness test)."""
     local = {id(tree): []}
+    words = {id(tree): set()}
     imports = []
-    stack = [(tree, local[id(tree)])]
+    stack = [(tree, local[id(tree)], words[id(tree)])]
     pop, push = stack.pop, stack.append
+    name_t, attr_t, const_t, arg_t, not_t, handler_t = ast.Name, ast.Attribute, ast.Constant, ast.arg, ast.Not, \
+        ast.ExceptHandler
     while stack:
-        node, sink = pop()
+        node, sink, ws = pop()
         for name in node._fields:
             v = getattr(node, name, None)
             if v is None or v.__class__ in (str, int, float, bool, bytes):
                 continue
             for c in (v if v.__class__ is list else (v,)):
                 t = c.__class__
-                if t in _LEAF_T or not isinstance(c, ast.AST):
+                if t in _LEAF_T:
+                    if ws is not None:
+                        if t is name_t:
+                            ws.add(c.id)
+                        elif t is const_t:
+                            x = c.value
+                            if x.__class__ is str:
+                                if len(x) < 40:
+                                    ws.add(x)
+                            elif x.__class__ is int and (x == 0 or x == 1):
+                                ws.add("0")
+                        elif t is arg_t:
+                            ws.add(c.arg)
+                        elif t is not_t:
+                            ws.add("not")
+                    continue
+                if not isinstance(c, ast.AST):
                     continue
                 if t in _FUNC_T:
                     own = local[id(c)] = []
-                    push((c, own))
+                    push((c, own, words.setdefault(id(c), set())))
                     continue
                 if t in _OPAQUE_T:
-                    push((c, None))
+                    push((c, None, None))
                     continue
+                if ws is not None:
+                    if t is attr_t:
+                        ws.add(c.attr)
+                    elif t is handler_t:
+                        ws.add("except")
                 if sink is not None and t in KEPT:
                     sink.append(c)
                 elif t in _IMPORT_T:
                     imports.append(c)
-                push((c, sink))
-    return local, imports
+                push((c, sink, ws))
+    return local, imports, words
 
 
 def _resolve_relative(modname, is_package, level, target):
@@ -411,7 +441,7 @@ def load_module(path, text=None, name=None):
     tree = ast.parse(text, filename=path)
     mod = ModuleFacts(path, name or module_name(path), tree, text,
                       is_package=os.path.basename(path) == "__init__.py")
-    mod.local, imports = scopes(tree)
+    mod.local, imports, mod.words = scopes(tree)
     _imports(mod, imports)
     for node in tree.body:
         if isinstance(node, ast.ClassDef):
