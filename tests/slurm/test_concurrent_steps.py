@@ -153,3 +153,48 @@ def test_two_concurrent_steps_in_one_salloc_get_two_separate_reports(salloc):
     for s in (0, 1):
         part = text.split("=== job %s attempt 0 step %d ===" % (j, s), 1)[1].split("=== job", 1)[0]
         assert "suspect rank: %d\n" % next(iter(recs[s]["planted"])) in part, part[:2000]
+
+
+@pytest.mark.timeout(480)
+def test_collect_live_gathers_each_running_step_apart(salloc):
+    """While both steps still hang (observe mode: the monitors report, the steps run on),
+    ``hpc-hangkit collect J --live`` captures each step's own scratch on its nodes: one
+    roll call per step, each with its own planted suspect."""
+    tag = "%d-%d" % (os.getpid(), free_port())
+    name = "hk-steps-live-%s" % tag
+    rank_sh = os.path.join(WORK, "steps-rank-%s.sh" % tag)
+    record = os.path.join(WORK, "steps-ranks-%s.txt" % tag)
+    with open(rank_sh, "w") as f:
+        f.write(RANK_SH % {"py": sys.executable, "work": WORK})
+    os.chmod(rank_sh, 0o755)
+    open(record, "w").close()
+    os.chmod(record, 0o666)
+    sruns = " & ".join("srun --exact -n4 --ntasks-per-node=2 %s %d %d %s"
+                       % (rank_sh, free_port(), k, record) for k in PLANTED)
+    log = os.path.join(WORK, "steps-salloc-%s.txt" % tag)
+    p = salloc(name, ["bash", "-c", "exec salloc --hang-detect=observe -J %s -t 5 -N2 "
+                      "--ntasks-per-node=4 bash -c '%s & wait' > %s 2>&1" % (name, sruns, log)])
+
+    def text():
+        return open(log, errors="replace").read() if os.path.exists(log) else ""
+    m = wait_for(lambda: re.search(r"Granted job allocation (\d+)", text()), 60, 0.5,
+                 what="the allocation", detail=lambda: text()[-3000:])
+    j = m.group(1)
+    for s in (0, 1):
+        wait_for(lambda: "hang reported, step %s.%d keeps running" % (j, s) in text(), 300, 1.0,
+                 what="step %s.%d's hang to be reported" % (j, s), detail=lambda: text()[-6000:])
+    recs = _records(record)
+    assert sorted(recs) == [0, 1], recs
+    bin_ = os.path.join(os.path.dirname(STORAGE), "bin", "hpc-hangkit")
+    c = as_user([bin_, "collect", j, "--live", "--json"], timeout=240)
+    assert c.returncode == 0, c.stderr.decode()[-3000:]
+    doc = json.loads(c.stdout)
+    assert [r["step"] for r in doc["reports"]] == [0, 1], (doc.keys(), c.stderr.decode()[-2000:])
+    for r in doc["reports"]:
+        rep = validate_report(r["report"], "step %d's live report" % r["step"])
+        planted = next(iter(recs[r["step"]]["planted"]))
+        assert rep["suspect_ranks"] == [planted], (r["step"], rep["verdict"], rep["suspect_ranks"])
+        assert sorted(r2 for g in rep["groups"] for r2 in g["ranks"]) == [0, 1, 2, 3], rep["groups"]
+    assert p.poll() is None, "salloc ended before the live collect"
+    subprocess.run(["scancel", j], timeout=30)
+    p.wait(60)
