@@ -15,7 +15,10 @@
  *     few hundred bytes) and puts it into the task's environment. No
  *     interpreter runs per task. (Not in user_init: there the batch step does
  *     not know its restart count yet, so a requeued job would read the
- *     previous attempt's file.)
+ *     previous attempt's file.) An interactive step (a normal step whose tasks
+ *     lack the batch script's ENVIRONMENT=BATCH: srun in salloc, or alone)
+ *     gets <attempt>/step_<id> as HANGKIT_SCRATCH_DIR, made here (0700, as the
+ *     user), so steps running at the same time never share rank files.
  *   batch step only (task_init, as the job's user): starts the batch-step
  *     monitor `<bin> slurm-monitor` as a child of the batch script; it gets
  *     SIGTERM when the batch script ends (PR_SET_PDEATHSIG).
