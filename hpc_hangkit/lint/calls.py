@@ -192,6 +192,7 @@ class Project:
         taint = Taint(node, mod, ff.cls, None) if mod.rankish and self._rankish(mod, ff) else None
         params = set(ff.params)
         rets = []
+        handing = []
         has_return = False
         agreed = set()
         attr_vals = []
@@ -213,25 +214,9 @@ class Project:
                     if ref is not None:
                         ff.calls.append((ref, n.lineno, n.col_offset, call_info(mod, n)))
                         if taint is not None and (n.args or n.keywords):
-                            # what a callee can do with data is mostly iterate it: hand the
-                            # trip-count level (a loader with a DistributedSampler: 0), as the
-                            # values are at the call's line (not what is assigned later)
-                            taint._at = n.lineno
-                            handed = [(i, a) for i, a in enumerate(n.args) if not isinstance(a, ast.Starred)]
-                            handed += [(k.arg, k.value) for k in n.keywords
-                                       if k.arg and k.arg not in C.DISPLAY_KEYWORDS and not _flag(k.value)]
-                            lv = {}
-                            for k, a in handed:
-                                got = taint.trip_level(a)
-                                src = taint.elem_src(a.id, n.lineno) if got and isinstance(a, ast.Name) else None
-                                refs = [(call_ref(mod, ff.cls, ff.qualname, c), i) for c, i in src or ()]
-                                if refs and all(r is not None for r, _ in refs):
-                                    # an element of a tuple a tree call returns: its own level,
-                                    # known once the callee's facts are (after propagation)
-                                    ff.elem_args.append((ref, k, refs, got))
-                                elif got:
-                                    lv[k] = got
-                            taint._at = None
+                            handing.append((n, ref))
+                            lv, elems = _handed(taint, mod, ff, n, ref)
+                            ff.elem_args.extend(elems)
                             if lv:
                                 ff.arg_calls.append((ref, lv))
             elif isinstance(n, ast.Return) and n.value is not None:
@@ -269,6 +254,14 @@ class Project:
                                 used.add(ref)
                     if used:
                         ff.attr_params.setdefault((ff.cls, key), set()).update(used)
+        name = ff.qualname.rsplit(".", 1)[-1]
+        ranked = [p for p in ff.params if p in C.RANK_NAMES] if name.startswith("_") and \
+            not name.startswith("__") and handing else ()
+        if ranked:
+            # a private helper's rank-named parameter holds what its callers pass: what it hands
+            # on when they all pass a value the same on every rank (:meth:`_hand_arguments`)
+            free = Taint(node, mod, ff.cls, None, unbound=frozenset(ranked))
+            ff.free_calls = (tuple(ranked), [(ref, _handed(free, mod, ff, n, ref)) for n, ref in handing])
         if rets and all(isinstance(r, ast.Tuple) and len(r.elts) == len(rets[0].elts) for r in rets) and \
                 not any(isinstance(x, ast.Starred) for r in rets for x in r.elts):
             ff.ret_elems = [max(taint.level_at(r.elts[i], r.lineno) for r in rets) if taint is not None else 0
@@ -648,6 +641,7 @@ class Project:
         """Rank levels of arguments handed to tree functions and classes (``Trainer(args,
         dataset)`` with a rank-sharded dataset): into the callee's parameters, and from there
         into ``self`` attributes that ``__init__`` (or any method) builds from them."""
+        self._bind_rank_params()
         for ff in list(self.funcs.values()):
             calls = ff.arg_calls
             if ff.elem_args:
@@ -694,6 +688,50 @@ class Project:
                         lv = max(lv, ff.param_levels.get(p, 0))
                 if lv > mod.attr_levels.get(key, 0):
                     mod.attr_levels[key] = lv
+
+    def _bind_rank_params(self):
+        """A private helper (``_add_peers(self, rank, peers)``) whose rank-named parameters every
+        call in the tree binds to a value the same on every rank (``for rank in
+        range(world_size): self._add_peers(rank, ...)``: each rank builds every rank's entry)
+        reads them as that value: its own levels and what it hands on are those of
+        :attr:`~hpc_hangkit.lint.model.FuncFacts.free_calls`. A helper no tree code calls, or
+        one called without binding them, or with a rank-dependent value, keeps the rank."""
+        helpers = {id(ff): ff for ff in self.funcs.values() if ff.free_calls is not None and ff.called}
+        if not helpers:
+            return
+        bad = set()
+        seen = set()
+        for ff in self.funcs.values():
+            for ref, levels in ff.arg_calls:
+                callee = self.resolve(ref)
+                if callee is None or id(callee) not in helpers:
+                    continue
+                bound = 1 if ref[0] in ("self", "super") else 0
+                for k, lv in levels.items():
+                    p = callee.params[k + bound] if isinstance(k, int) and k + bound < len(callee.params) else k
+                    if lv and p in callee.free_calls[0]:
+                        bad.add(id(callee))
+            for ref, _line, _col, info in ff.calls:
+                callee = self.resolve(ref)
+                if callee is None or id(callee) not in helpers:
+                    continue
+                seen.add(id(callee))
+                bound = 1 if ref[0] in ("self", "super") else 0
+                npos, kws = (info[0], info[1]) if info is not None else (0, ())
+                if info is not None and info[4]:
+                    bad.add(id(callee))  # *args / **kwargs: what is bound is unknown
+                    continue
+                for p in callee.free_calls[0]:
+                    i = callee.params.index(p) - bound
+                    if not (0 <= i < npos or p in kws):
+                        bad.add(id(callee))
+        for key, ff in helpers.items():
+            if key in bad or key not in seen:
+                continue
+            ranked, handed = ff.free_calls
+            ff.uniform_params = frozenset(ranked)
+            ff.arg_calls = [(ref, lv) for ref, (lv, _) in handed if lv]
+            ff.elem_args = [e for _, (_, elems) in handed for e in elems]
 
     def _constructor(self, ref):
         """``Class.__init__`` when a ``q``/``local`` ref names a tree class, else None."""
@@ -837,6 +875,30 @@ class Project:
                         else ff.witness))
             ff = nxt
         return out
+
+
+def _handed(taint, mod, ff, call, ref):
+    """``({param index or keyword: level}, [elem_args entries])`` that ``call`` (to tree
+    function ``ref``) hands its callee. What a callee can do with data is mostly iterate it:
+    the trip-count level (a loader with a DistributedSampler: 0), as the values are at the
+    call's line (not what is assigned later); an element of a tuple a tree call returns is
+    resolved after propagation (:attr:`~hpc_hangkit.lint.model.FuncFacts.elem_args`)."""
+    taint._at = call.lineno
+    handed = [(i, a) for i, a in enumerate(call.args) if not isinstance(a, ast.Starred)]
+    handed += [(k.arg, k.value) for k in call.keywords
+               if k.arg and k.arg not in C.DISPLAY_KEYWORDS and not _flag(k.value)]
+    lv = {}
+    elems = []
+    for k, a in handed:
+        got = taint.trip_level(a)
+        src = taint.elem_src(a.id, call.lineno) if got and isinstance(a, ast.Name) else None
+        refs = [(call_ref(mod, ff.cls, ff.qualname, c), i) for c, i in src or ()]
+        if refs and all(r is not None for r, _ in refs):
+            elems.append((ref, k, refs, got))
+        elif got:
+            lv[k] = got
+    taint._at = None
+    return lv, elems
 
 
 def _saved_attrs(mod, fns):

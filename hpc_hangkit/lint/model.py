@@ -57,7 +57,8 @@ class FuncFacts:
                  "ret_level", "ret_calls", "noreturn", "witness", "via", "node", "params", "param_levels",
                  "arg_calls", "attr_params", "raises", "var_types", "ret_elems", "ret_params", "defaults",
                  "directs", "cond_ranges", "tested", "general", "ret_agreed", "agreed_attrs",
-                 "ret_elem_trips", "equal_count", "elem_args", "called", "p2p")
+                 "ret_elem_trips", "equal_count", "elem_args", "called", "p2p", "free_calls",
+                 "uniform_params")
 
     def __init__(self, module, qualname, cls, line, node, path=None):
         self.module = module
@@ -127,6 +128,12 @@ class FuncFacts:
         self.called = False
         #: it calls a point-to-point operation directly (``send``/``recv``...)
         self.p2p = False
+        #: a private helper with rank-named parameters: ``(their names, [(call ref, (levels,
+        #: elem_args))])``, what its calls hand on when those parameters hold a value the same on
+        #: every rank; else None
+        self.free_calls = None
+        #: rank-named parameters that every tree call binds to such a value (after propagation)
+        self.uniform_params = frozenset()
 
 
 def _params(node):

@@ -42,7 +42,7 @@ class Taint:
     and ``self`` attributes) or None.
     """
 
-    def __init__(self, fn, mod, cls=None, project=None, facts=None):
+    def __init__(self, fn, mod, cls=None, project=None, facts=None, unbound=frozenset()):
         self.fn = fn
         self.mod = mod
         self.cls = cls
@@ -64,6 +64,9 @@ class Taint:
         if facts is None and project is not None:
             facts = _facts_of(project, mod, fn)
         self.facts = facts
+        #: rank-named parameters read as what the callers pass (level 0): ``unbound``, or the
+        #: facts' ``uniform_params``
+        self.unbound = unbound or (facts.uniform_params if facts is not None else frozenset())
         self.params = dict(facts.param_levels) if facts is not None else {}
         #: names indexed by every rank's number (``for i in range(world_size): xs[i]``), or None
         self._tables = None
@@ -343,6 +346,8 @@ class Taint:
             if e.id in self.agreed:
                 return 0
             if e.id in C.RANK_NAMES and e.id not in self.assigned:
+                if e.id in self.unbound:
+                    return self.params.get(e.id, 0)
                 return 2  # a parameter or global named like the rank; a local takes what it is given
             if self._at is not None and e.id not in self.shared:
                 sites = self.sites.get(e.id)

@@ -576,3 +576,35 @@ class Trainer:
             dist.all_reduce(f)
 """})
     assert found == [("trainer.py", "HK105", 10, 9)], found
+
+
+_EDGE = """
+import torch.distributed as dist
+
+class Edge:
+    def __init__(self, src, dest):
+        self.group = dist.new_group([src, dest])
+
+class Graph:
+    def __init__(self, world_size):
+        %s
+
+    def %s(self, rank, peer):
+        self.edge = Edge(src=rank, dest=peer)
+"""
+
+
+@pytest.mark.parametrize("caller,helper,flagged", [
+    # a private helper whose only caller loops over every rank's number: not this rank
+    ("for r in range(world_size): self._add_peer(r, 0)", "_add_peer", False),
+    # the same helper handed this rank's number
+    ("self._add_peer(dist.get_rank(), 0)", "_add_peer", True),
+    # a public helper: other code may hand it this rank
+    ("for r in range(world_size): self.add_peer(r, 0)", "add_peer", True),
+    # a private helper called through *args: what it binds is unknown
+    ("for r in range(world_size): self._add_peer(*[r, 0])", "_add_peer", True),
+])
+def test_rank_named_parameter_of_a_private_helper(tmp_path, caller, helper, flagged):
+    call = caller.replace("_add_peer", helper).replace("add_peer", helper) if helper != "_add_peer" else caller
+    found = lint_tree(tmp_path, {"prog.py": _EDGE % (call, helper)})
+    assert found == ([("prog.py", "HK104", 6, 6)] if flagged else []), found
