@@ -36,7 +36,7 @@ import json
 import re
 from typing import Dict, List, Optional, Tuple
 
-from hpc_hangkit.parse.model import Frame, ParsedLog, Sample, Thread, frame
+from hpc_hangkit.parse.model import Frame, LogKind, ParsedLog, Sample, Thread, frame
 
 __all__ = ["parse_faulthandler", "parse_header", "looks_like_faulthandler"]
 
@@ -307,7 +307,7 @@ def _parse_blocks(data: bytes, name: str) -> Optional[ParsedLog]:
     samples = [Sample(th, source=src, index=i, offset=start + rel, fatal=fat)
                for i, (th, src, fat, rel) in enumerate(protos)]
     header = parse_header(data[:start - 1].decode("utf-8", "replace").rstrip("\r")) if start else None
-    return _finish(ParsedLog(name, header=header, samples=samples, kind="faulthandler"), period, None)
+    return _finish(ParsedLog(name, header=header, samples=samples, kind=LogKind.FAULTHANDLER), period, None)
 
 
 def _parse_body_blocks(data: bytes, name: str) -> Optional[Tuple[List[Sample], Optional[float]]]:
@@ -519,7 +519,7 @@ def _parse_lines(data: bytes, name: str) -> ParsedLog:
         b.warn(garbage_start, "%d line(s) of binary garbage skipped" % garbage_n)
     if b.cur is not None:
         b.close_dump()
-    log = ParsedLog(name, header=header, samples=b.samples, warnings=b.warnings, kind="faulthandler")
+    log = ParsedLog(name, header=header, samples=b.samples, warnings=b.warnings, kind=LogKind.FAULTHANDLER)
     return _finish(log, b.timeout_s, truncated_at)
 
 

@@ -21,6 +21,7 @@ Everything here is plain data, cheap to build in bulk (the roll call must hold
   ``pid``, ``host``, ``world``, ``samples``, ``warnings`` (strings naming the
   file and byte offset of everything skipped).
 """
+import enum
 import re
 import sys
 from typing import Dict, List, NamedTuple, Optional, Tuple
@@ -152,16 +153,34 @@ class Sample:
             self.index, self.source, len(self.threads), ", fatal=%s" % self.fatal if self.fatal else "")
 
 
+class LogKind(enum.Enum):
+    """What a parsed file is: how the roll call orders and weighs it (never printed)."""
+    OTHER = ""
+    #: a rank's faulthandler log (watchdog/)
+    FAULTHANDLER = "faulthandler"
+    #: a py-spy dump taken at capture (stack_traces/)
+    PYSPY = "pyspy"
+    #: a capture file that holds no dump: a why-file, py-spy's own error text, an empty file
+    UNAVAILABLE = "unavailable"
+
+
+def no_dump_text(first_line: str) -> str:
+    """The words for a capture file without a dump whose first line is ``first_line``
+    (:attr:`ParsedLog.no_dump`; ``''``: the file was empty)."""
+    return "no stacks in this file: %s" % first_line if first_line else "empty py-spy output"
+
+
 class ParsedLog:
-    """What one file said: header, samples, and warnings for what was skipped."""
+    """What one file said: header, samples, and warnings for what was skipped. ``kind``: a
+    :class:`LogKind` (its value, a string, is accepted too)."""
 
     __slots__ = ("name", "header", "rank", "pid", "host", "world", "samples", "warnings", "kind",
-                 "traceback", "exit_note", "period_s", "mtime")
+                 "traceback", "exit_note", "period_s", "mtime", "no_dump")
 
     def __init__(self, name: str, header: Optional[dict] = None, rank: Optional[int] = None,
                  pid: Optional[int] = None, host: Optional[str] = None, world: Optional[int] = None,
                  samples: Optional[List[Sample]] = None, warnings: Optional[List[str]] = None,
-                 kind: str = ""):
+                 kind=LogKind.OTHER):
         self.name = name
         self.header = header
         self.rank = rank
@@ -170,7 +189,10 @@ class ParsedLog:
         self.world = world
         self.samples = samples if samples is not None else []
         self.warnings = warnings if warnings is not None else []
-        self.kind = kind
+        self.kind = LogKind(kind)
+        #: a capture file without a dump (kind UNAVAILABLE): its first line, at most 200
+        #: characters ('' when empty; the words: :func:`no_dump_text`); None otherwise
+        self.no_dump: Optional[str] = None
         #: lines of a Python traceback the process printed before exiting (stdout/stderr files)
         self.traceback: Optional[List[str]] = None
         #: one line saying how the process ended, when the file shows it (fatal error, exception)

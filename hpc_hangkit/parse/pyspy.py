@@ -39,7 +39,7 @@ import json
 import re
 from typing import Dict, List, Optional
 
-from hpc_hangkit.parse.model import Frame, ParsedLog, Sample, Thread, frame
+from hpc_hangkit.parse.model import Frame, LogKind, ParsedLog, Sample, Thread, frame, no_dump_text
 
 __all__ = ["parse_pyspy", "looks_like_pyspy"]
 
@@ -134,16 +134,14 @@ def _warn(log: ParsedLog, offset: int, what: str):
 
 def _no_dump(log: ParsedLog, data: bytes):
     first = data.strip().split(b"\n", 1)[0].decode("utf-8", "replace")[:200]
-    log.kind = "unavailable"
+    log.kind = LogKind.UNAVAILABLE
+    log.no_dump = first
     log.exit_note = None
-    if first:
-        log.warnings.append("%s: no stacks in this file: %s" % (log.name, first))
-    else:
-        log.warnings.append("%s: empty py-spy output" % log.name)
+    log.warnings.append("%s: %s" % (log.name, no_dump_text(first)))
 
 
 def _parse_json(data: bytes, name: str) -> ParsedLog:
-    log = ParsedLog(name, kind="pyspy")
+    log = ParsedLog(name, kind=LogKind.PYSPY)
     try:
         doc = json.loads(data.decode("utf-8", "replace"))
     except (ValueError, RecursionError) as e:
@@ -187,7 +185,7 @@ def _parse_json(data: bytes, name: str) -> ParsedLog:
 
 
 def _parse_text(data: bytes, name: str, base: int = 0) -> ParsedLog:
-    log = ParsedLog(name, kind="pyspy")
+    log = ParsedLog(name, kind=LogKind.PYSPY)
     truncated = bool(data) and not data.endswith(b"\n")
     lines = data.split(b"\n")
     offset = base

@@ -15,7 +15,7 @@ from typing import Dict, Iterable, List, Optional, Tuple
 
 from hpc_hangkit import layout
 from hpc_hangkit.parse.exits import ExitHow
-from hpc_hangkit.parse.model import ParsedLog, Sample
+from hpc_hangkit.parse.model import LogKind, ParsedLog, Sample, no_dump_text
 from hpc_hangkit.ranges import MAX_RANKS, format_ranks
 from hpc_hangkit.rollcall.facts import SUMMARY_VERSION, Checkin, RankFacts, merge_chain, rank_facts, remember
 from hpc_hangkit.rollcall.frames import frames_from_json
@@ -91,7 +91,7 @@ def summarize_node(logs: Iterable[ParsedLog] = (), *, tracebacks: Optional[dict]
     for r, lgs in per_rank.items():
         # oldest process first (header t), watchdog dumps before py-spy dumps (taken at capture)
         if len(lgs) > 1:
-            lgs.sort(key=lambda g: (0 if g.kind == "faulthandler" else 1,
+            lgs.sort(key=lambda g: (0 if g.kind is LogKind.FAULTHANDLER else 1,
                                     (g.header or {}).get("t") or 0.0, g.name))
         samples_all: List[Sample] = []
         for g in lgs:
@@ -103,21 +103,21 @@ def summarize_node(logs: Iterable[ParsedLog] = (), *, tracebacks: Optional[dict]
             hit = done[sig] = (rank_facts(samples_all, samples, tmp, memo), tmp)
         f = hit[0].copy()
         tmps[r] = dict(hit[1])
-        writes = [g.mtime for g in lgs if g.kind == "faulthandler" and g.mtime is not None and g.samples]
+        writes = [g.mtime for g in lgs if g.kind is LogKind.FAULTHANDLER and g.mtime is not None and g.samples]
         if writes:
             f.last_write = round(max(writes), 3)
         periods = [g.period_s for g in lgs if g.period_s]
         if periods:
             f.period_s = max(periods)
-        g0 = next((g for g in reversed(lgs) if g.kind == "faulthandler" and g.pid), None) or lgs[-1]
+        g0 = next((g for g in reversed(lgs) if g.kind is LogKind.FAULTHANDLER and g.pid), None) or lgs[-1]
         if g0.pid is not None:
             f.pid = g0.pid
         if g0.host:
             f.host = g0.host
-        taken = [smp.t for g in lgs if g.kind == "pyspy" for smp in g.samples if smp.t is not None]
+        taken = [smp.t for g in lgs if g.kind is LogKind.PYSPY for smp in g.samples if smp.t is not None]
         if taken:
             f.taken = round(max(taken), 3)
-        notes = [g.warnings[0].split(": ", 1)[-1] for g in lgs if g.kind == "unavailable" and g.warnings]
+        notes = [no_dump_text(g.no_dump) for g in lgs if g.kind is LogKind.UNAVAILABLE and g.no_dump is not None]
         ex = [g.exit_note for g in lgs if g.exit_note]
         if ex and f.exit is None:
             f.note = ex[-1]
@@ -596,7 +596,7 @@ def _dedupe(logs: List[ParsedLog]) -> List[ParsedLog]:
     best: Dict[tuple, ParsedLog] = {}
     rest = []
     for lg in logs:
-        if lg.kind == "faulthandler" and lg.pid is not None and lg.rank is not None:
+        if lg.kind is LogKind.FAULTHANDLER and lg.pid is not None and lg.rank is not None:
             k = (lg.rank, lg.pid)
             old = best.get(k)
             if old is None or (len(lg.samples), lg.mtime or 0.0, lg.name) > (

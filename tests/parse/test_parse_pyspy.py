@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from hpc_hangkit.parse.pyspy import looks_like_pyspy, parse_pyspy
+from hpc_hangkit.parse.model import LogKind, no_dump_text
 from hpc_hangkit.rollcall import main_thread
 from hpc_hangkit.rollcall.frames import key_of
 
@@ -94,10 +95,19 @@ def test_live_pyspy_dump(tmp_path):
 
 def test_why_file_and_error_text_give_no_samples():
     log = parse_pyspy(b"hpc-hangkit: py-spy unavailable: executable 'py-spy' not found\n", "stack_traces/rank_2.log")
-    assert log.samples == [] and log.kind == "unavailable"
+    assert log.samples == [] and log.kind is LogKind.UNAVAILABLE
+    assert log.no_dump == "hpc-hangkit: py-spy unavailable: executable 'py-spy' not found"
     assert "py-spy unavailable" in log.warnings[0] and log.warnings[0].startswith("stack_traces/rank_2.log")
     log = parse_pyspy(b"Error: Permission Denied (os error 13)\n", "x")
-    assert log.samples == [] and "Permission" in log.warnings[0]
+    assert log.samples == [] and "Permission" in log.warnings[0] and log.kind is LogKind.UNAVAILABLE
+    # a file without a dump whose parser warned first: the why is the file's own line, not the
+    # first warning
+    log = parse_pyspy(b"Process 12 (python)\nsome line py-spy never prints\n", "y")
+    assert log.samples == [] and log.kind is LogKind.UNAVAILABLE
+    assert log.no_dump == "Process 12 (python)" and no_dump_text(log.no_dump) in log.warnings[-1]
+    log = parse_pyspy(b"", "z")
+    assert log.no_dump == "" and no_dump_text("") == "empty py-spy output"
+    assert parse_pyspy(b"hpc-hangkit: py-spy unavailable: x\n", "w").kind is not LogKind.PYSPY
 
 
 def test_damaged_pyspy_input_never_raises():
