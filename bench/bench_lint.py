@@ -8,7 +8,8 @@
    checker), ours in one process (``jobs=1``) and ours as run by default (worker processes on
    the usable cores). Lines per second of wall time and of CPU time (the workers' included),
    peak RSS (``ru_maxrss``; with workers: the parent's plus each worker at the largest worker's,
-   an upper bound), and whether both runs give the same findings.
+   an upper bound), the 1-minute load average before each run, and whether both runs give the
+   same findings.
    Target: >= 100k lines/s, <= 1 GiB.
 3. ``projects``: four large real training / MPI projects at pinned versions, fetched here as
    PyPI source distributions (``pip download --no-deps --no-binary :all: NAME==VER``; nothing is
@@ -104,20 +105,25 @@ def bench_torch():
     import torch
     print("== torch %s at %s (load %.1f on %d cores)" % (torch.__version__, paths[0], os.getloadavg()[0],
                                                         os.cpu_count() or 0))
+    # the 1-minute load average before each run: on a shared machine the wall time follows it
+    loads = [os.getloadavg()[0]]
     anchor = _child("anchor", paths)
+    loads.append(os.getloadavg()[0])
     serial = _child("ours", paths, jobs=1)
+    loads.append(os.getloadavg()[0])
     ours = _child("ours", paths)
-    print("%-26s %8s %8s %9s %12s %12s" % ("", "wall s", "cpu s", "peak MiB", "lines/s", "lines/cpu-s"))
+    print("%-30s %8s %8s %9s %12s %12s %6s" % ("", "wall s", "cpu s", "peak MiB", "lines/s", "lines/cpu-s",
+                                               "load"))
 
-    def row(title, r, lines):
+    def row(title, r, lines, load):
         # peak: this process, plus each worker at the largest worker's peak (an upper bound)
         peak = r["rss_mib"] + (r.get("jobs", 1) if r.get("child_rss_mib") else 0) * r.get("child_rss_mib", 0)
-        print("%-26s %8.1f %8.1f %9.0f %12.0f %12.0f" % (title, r["wall_s"], r["cpu_s"], peak,
-                                                        lines / r["wall_s"], lines / r["cpu_s"]))
+        print("%-30s %8.1f %8.1f %9.0f %12.0f %12.0f %6.1f" % (title, r["wall_s"], r["cpu_s"], peak,
+                                                               lines / r["wall_s"], lines / r["cpu_s"], load))
         return peak
-    row("ast.parse only", anchor, serial["lines"])
-    row("hpc-hangkit lint, 1 process", serial, serial["lines"])
-    peak = row("hpc-hangkit lint, %d jobs" % ours["jobs"], ours, ours["lines"])
+    row("ast.parse only", anchor, serial["lines"], loads[0])
+    row("hpc-hangkit lint, 1 process", serial, serial["lines"], loads[1])
+    peak = row("hpc-hangkit lint, %d jobs" % ours["jobs"], ours, ours["lines"], loads[2])
     lps = ours["lines"] / ours["wall_s"]
     print("%d files, %d lines, %d unparsable; %d findings: %s; the same with 1 process: %s" % (
         ours["files"], ours["lines"], ours["errors"], ours["findings"],

@@ -103,7 +103,8 @@ def _index_file(path):
     one = Project()
     one.facts(mod)
     lines = len(mod.lines)
-    mod.tree, mod.local, mod.lines = None, {}, []  # re-read below only where a collective is reached
+    # re-read below only where a collective is reached
+    mod.tree, mod.local, mod.lines, mod.words = None, {}, [], {}
     for ff in mod.funcs.values():
         ff.node = None
     return path, (mod, one.foreign, lines)
@@ -122,7 +123,7 @@ def _check_key(key):
     try:
         return check_module(_PROJECT, mod)
     finally:
-        mod.tree, mod.lines, mod.local = None, [], {}
+        mod.tree, mod.lines, mod.local, mod.words = None, [], {}, {}
         for ff in mod.funcs.values():
             ff.node = None
 
