@@ -44,6 +44,7 @@ import json
 import os
 import resource
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -286,7 +287,18 @@ kill %%1 2>/dev/null; wait
     return res
 
 
-def latency_run(hk_root, conf, n, window, poll, timeout):
+def _slurmd_pid(hk_root, node):
+    try:
+        pid = int(open(os.path.join(hk_root, "run", "slurmd-%s.pid" % node)).read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    try:
+        return pid if open("/proc/%d/comm" % pid).read().strip() == "slurmd" else None
+    except OSError:
+        return None
+
+
+def latency_run(hk_root, conf, n, window, poll, timeout, stop_node=None):
     from bench_detect_latency import events
     work = os.path.join(hk_root, "work")
     stamps = os.path.join(work, "lat-stamps-%d-%d" % (n, os.getpid()))
@@ -305,8 +317,16 @@ def latency_run(hk_root, conf, n, window, poll, timeout):
     ev_path = os.path.join(hd, "events.jsonl")
     t0 = time.monotonic()
     conf_ev, rep, log = None, None, ""
+    stopped, stopped_at = None, None
     try:
         while time.monotonic() - t0 < timeout:
+            if stop_node and stopped is None and len(_stamps(stamps)) >= n * RANKS_PER_NODE:
+                # that node's slurmd stops answering during the hang (its ranks keep running)
+                stopped = _slurmd_pid(hk_root, stop_node)
+                if stopped is None:
+                    raise SystemExit("no running slurmd for %s in %s/run" % (stop_node, hk_root))
+                os.kill(stopped, signal.SIGSTOP)
+                stopped_at = time.time()
             conf_ev = next((e for e in events(ev_path) if e.get("kind") == "confirmed"), None)
             if conf_ev is not None and os.path.exists(os.path.join(hd, "report.json")):
                 break
@@ -318,17 +338,30 @@ def latency_run(hk_root, conf, n, window, poll, timeout):
         except (OSError, ValueError):
             rep = None
         try:
+            txt = open(os.path.join(hd, "report.txt"), errors="replace").read().splitlines()
+        except OSError:
+            txt = []
+        unreach = [ln.strip() for i, ln in enumerate(txt)
+                   if "unreachable" in ln or (i and "unreachable" in txt[i - 1])][:4]
+        try:
             log = open(os.path.join(hd, "monitor.log"), errors="replace").read()
         except OSError:
             log = ""
         st = _stamps(stamps)
     finally:
+        if stopped is not None:
+            os.kill(stopped, signal.SIGCONT)
         _cancel(job, conf)
     shutil.rmtree(stamps, ignore_errors=True)
     res = {"job": job, "n": n, "ranks_hung": len(st), "confirmed": conf_ev is not None,
            "load1": os.getloadavg()[0]}
     if rep:
-        res.update(verdict=rep.get("verdict"), suspects=rep.get("suspect_ranks"))
+        res.update(verdict=rep.get("verdict"), suspects=rep.get("suspect_ranks"),
+                   unreachable=rep.get("unreachable"))
+    if stopped_at is not None:
+        res.update(stopped_node=stop_node, stopped_at=stopped_at, report_unreachable=unreach)
+        res["probe_lines"] = [ln.split("] ", 1)[-1][:200] for ln in log.splitlines()
+                              if "answered" in ln or "unreachable" in ln][:4]
     slow = [ln.split("] ", 1)[-1][:160] for ln in log.splitlines()
             if "took" in ln and ("prob" in ln or "poll" in ln)]
     res["slow_notes"] = slow[:3]
@@ -402,6 +435,8 @@ def main(argv=None):
     ap.add_argument("--latency-nodes", type=int, default=32)
     ap.add_argument("--latency-runs", type=int, default=2)
     ap.add_argument("--window", type=float, default=12.0, help="confirm window of the latency runs (s)")
+    ap.add_argument("--stop-node", help="in the latency runs, stop (SIGSTOP) this node's slurmd once every "
+                    "rank hung, and let it go on (SIGCONT) after the run: a node that never answers")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds allowed to one job")
     ap.add_argument("--answer", default="", help="HANGKIT_PROBE_ANSWER for the jobs (raw, summary, auto; "
                     "default: the monitor's own choice)")
@@ -473,7 +508,7 @@ def main(argv=None):
     ok = True
     bound = a.window + a.poll_interval + 5.0
     for i in range(a.latency_runs):
-        r = latency_run(hk_root, conf, a.latency_nodes, a.window, a.poll_interval, a.timeout)
+        r = latency_run(hk_root, conf, a.latency_nodes, a.window, a.poll_interval, a.timeout, a.stop_node)
         allres["latency"].append(r)
         if "latency_s" not in r:
             ok = False
@@ -489,6 +524,11 @@ def main(argv=None):
                  r["hang_start"] - r["first_stamp"], r.get("stalled_for_s") or 0, bound,
                  "met" if met else "MISSED", r.get("verdict"), r.get("suspects"), r["load1"],
                  "; " + " | ".join(r["slow_notes"]) if r["slow_notes"] else ""))
+        if r.get("stopped_node"):
+            print("    slurmd of %s stopped %.1f s after the last rank hung; report: %s; %s"
+                  % (r["stopped_node"], r["stopped_at"] - r["hang_start"],
+                     " / ".join(r.get("report_unreachable") or []) or "no unreachable node",
+                     " | ".join(r.get("probe_lines") or ["no probe line in the monitor log"])))
     print("end: %s" % _util.load_note())
     if a.json:
         with open(a.json, "w") as f:
