@@ -9,6 +9,7 @@ use; the bench neither starts nor stops it):
     . /var/tmp/hk-scale/run/env
     python bench/bench_poll_nodes.py [--nodes 2,8,16,32] [--reps 5] [--latency-nodes 32]
                                      [--latency-runs 2] [--window 12] [--poll-interval 1] [--json OUT]
+                                     [--answer raw|summary] [--stop-node hkK]
 
 Poll figures. For each N a job of N nodes x 8 ranks (``bench/tiny_rank.py``, armed by the SPANK
 plugin like any Python task; rank 1 hangs at another line than the rest) is submitted as
@@ -35,7 +36,10 @@ Latency. ``--latency-runs`` jobs of ``--latency-nodes`` x 8 ranks under the real
 (``sbatch --hang-detect=observe``, ``HANGKIT_CONFIRM_DURATION_S=--window``,
 ``HANGKIT_POLL_INTERVAL_S=--poll-interval``): latency = ``confirmed`` in the batch node's
 events.jsonl minus the last rank's hang timestamp (the nodes share the host clock); target
-window + one poll + 5 s. The verdict and suspects of its report are printed too.
+window + one poll + 5 s. The verdict and suspects of its report are printed too. With
+``--stop-node hkK`` that node's slurmd is stopped (SIGSTOP) as soon as every rank hung and
+continued after the run: a node that never answers; the report's unreachable-node lines and the
+monitor's probe lines are printed.
 
 Exit status 0 when every latency run met its bound, 1 otherwise.
 """
