@@ -125,6 +125,15 @@ def test_collector_stores_steps_apart_and_collect_reports_each(area, tmp_path):
     assert [r["step"] for r in doc["reports"]] == [None, 1, 7]
     for r, p in zip(doc["reports"], got.parts):
         assert _key(r["report"]) == _key(p.report.to_dict())
+    # --html: one page per tree; --out keeps the trees in the storage layout
+    page = tmp_path / "pages" / "r.html"
+    page.parent.mkdir()
+    run("--html", str(page), "--out", str(tmp_path / "kept"))
+    assert sorted(os.listdir(page.parent)) == ["r.html", "r.step_1.html", "r.step_7.html"]
+    for step in (1, 7):
+        kept = tmp_path / "kept" / layout.step_dir_name(step) / layout.HANG_DETECTOR_DIR / layout.WATCHDOG_DIR
+        assert len(os.listdir(kept)) == 4
+        assert "suspect" in (page.parent / ("r.step_%d.html" % step)).read_text().lower()
 
 
 @pytest.mark.timeout(120)
