@@ -302,7 +302,8 @@ class Project:
         if ff.qualname != "<module>" and not has_return:
             ff.noreturn = any(_endless(n) for n in node.body)
         if ff.qualname != "<module>":
-            ff.raises = _raises(node.body)
+            words = mod.words.get(id(node))
+            ff.raises = (words is None or "raise" in words) and _raises(node.body)
         if ff.marked and ff.direct is None:
             ff.direct = ff.qualname.rsplit(".", 1)[-1] + "()"
             ff.direct_line = ff.line
@@ -1173,11 +1174,26 @@ def _closure(e, deps):
 
 def _flows_from(rets, nodes, params):
     """The parameters (names in ``params``) that the return expressions ``rets`` are computed
-    from, through assignments to locals (flow-insensitive)."""
-    deps = _deps(nodes)
+    from, through assignments to locals (flow-insensitive). Only the values of the locals the
+    returns reach are read."""
+    vals = {}
+    for n in nodes:
+        if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and getattr(n, "value", None) is not None:
+            for t in (n.targets if isinstance(n, ast.Assign) else [n.target]):
+                for x in names_of(t):
+                    vals.setdefault(x, []).append(n.value)
+        elif isinstance(n, (ast.For, ast.AsyncFor, ast.comprehension)):
+            for x in names_of(n.target):
+                vals.setdefault(x, []).append(n.iter)
     seen = set()
-    for r in rets:
-        seen |= _closure(r, deps)
+    todo = [x for r in rets for x in names_of(r)]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for v in vals.get(name, ()):
+            todo.extend(names_of(v))
     return frozenset(seen & set(params))
 
 

@@ -330,15 +330,15 @@ def scopes(tree):
     yields for it that are of a type in :data:`KEPT` (a nested function's body belongs to its
     own scope; lambda and class bodies to no scope, their methods to their own). Its words are
     what the taint can read a level from by spelling: names, attributes, parameters, short
-    string constants, ``"except"`` for a handler, ``"not"`` and ``"0"`` (a ``not`` or a
+    string constants, ``"except"`` for a handler, ``"raise"`` for a raise, ``"not"`` and ``"0"`` (a ``not`` or a
     constant 0 or 1, the makings of an emptiness test)."""
     local = {id(tree): []}
     words = {id(tree): set()}
     imports = []
     stack = [(tree, local[id(tree)], words[id(tree)])]
     pop, push = stack.pop, stack.append
-    name_t, attr_t, const_t, arg_t, not_t, handler_t = ast.Name, ast.Attribute, ast.Constant, ast.arg, ast.Not, \
-        ast.ExceptHandler
+    name_t, attr_t, const_t, arg_t, not_t, handler_t, raise_t = ast.Name, ast.Attribute, ast.Constant, ast.arg, \
+        ast.Not, ast.ExceptHandler, ast.Raise
     while stack:
         node, sink, ws = pop()
         for name in node._fields:
@@ -377,6 +377,8 @@ def scopes(tree):
                         ws.add(c.attr)
                     elif t is handler_t:
                         ws.add("except")
+                    elif t is raise_t:
+                        ws.add("raise")
                 if sink is not None and t in KEPT:
                     sink.append(c)
                 elif t in _IMPORT_T:
