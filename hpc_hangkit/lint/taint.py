@@ -91,6 +91,7 @@ class Taint:
         #: (id(condition), line read at, env version) -> test_level, while the levels are built
         self._tests = None
         self._version = 0
+        self._trips_due = False
         self._run()
 
     # -------------------------------------------------------------- environment
@@ -169,6 +170,22 @@ class Taint:
                         self._version += 1
             if not changed:
                 break
+        self._trips_due = True
+        if self.project is not None:
+            # the rules read it (HK107); the facts (no project) do not
+            for target, value, conds, part in assigns:
+                for kind, c in conds:
+                    if kind == "if" and self._cond_level(c) == 2:
+                        for name in _names(target):
+                            self.guarded_by.setdefault(name, c)
+                        break
+        self._tests = None
+
+    def _trips(self):
+        """Fill :attr:`trip_env` (on the first trip count asked: most functions' facts never ask)."""
+        self._trips_due = False
+        saved = self._at
+        assigns, lines = self._assigns, self._lines
         for (target, value, conds, part), line in zip(assigns, lines):
             if part is None:
                 self._at = line or None
@@ -182,13 +199,8 @@ class Taint:
             for name in _names(target):
                 if lv > self.trip_env.get(name, 0):
                     self.trip_env[name] = lv
-        for target, value, conds, part in assigns:
-            for kind, c in conds:
-                if kind == "if" and self._cond_level(c) == 2:
-                    for name in _names(target):
-                        self.guarded_by.setdefault(name, c)
-                    break
         self._tests = None
+        self._at = saved
 
     def _cond_level(self, c):
         """:meth:`test_level` of branch condition ``c`` read at ``self._at``, remembered while
@@ -613,6 +625,8 @@ class Taint:
         """Level of a loop's trip count over iterable ``e``: a literal list or tuple has a fixed
         length whatever its values; ``range``/``enumerate``/``zip``/``reversed``/``sorted``/
         ``.items()``... count what they are given; anything else by its value's :meth:`level`."""
+        if self._trips_due:
+            self._trips()
         if isinstance(e, ast.Name) and e.id in self.assigned and e.id not in self.agreed:
             return self.trip_env.get(e.id, 0)
         if isinstance(e, (ast.List, ast.Tuple)):
