@@ -5,7 +5,7 @@ import os
 import time
 from typing import List, Optional
 
-from hpc_hangkit.rollcall.nodes import summarize_dir
+from hpc_hangkit.rollcall.nodes import parse_runs, summarize_dir
 from hpc_hangkit.rollcall.sections import add_sections
 from hpc_hangkit.rollcall.unreachable import read_unreachable
 from hpc_hangkit.rollcall.verdict import Report, build_report
@@ -62,11 +62,16 @@ def report_from_summary_and_dir(summary: dict, path: str, *, depth: Optional[int
                                 world_size: Optional[int] = None, now: Optional[float] = None) -> Report:
     """:func:`build_report` of ``summary``, plus the extension sections and the unreachable-node
     records (:mod:`hpc_hangkit.rollcall.unreachable`) found under ``path``."""
+    warns: List[str] = []
+    gone = read_unreachable(path, warns) if os.path.isdir(path) else []
+    held = set()
+    for u in gone:
+        held.update(r for lo, hi in parse_runs(u["ranks"]) for r in range(lo, hi + 1))
     rep = build_report(summary, depth=depth, world_size=world_size,
-                       now=now if now is not None else time.time())
+                       now=now if now is not None else time.time(), unreachable_ranks=held)
     rep.summary = summary
-    if os.path.isdir(path):
-        rep.unreachable = read_unreachable(path, rep.warnings)
+    rep.unreachable = gone
+    rep.warnings.extend(warns)
     add_sections(rep, path)
     # the branch analysis is the lint's (hpc_hangkit.lint): loaded only for a report that
     # is built, never by the monitor's or the stack source's use of the roll call's rules

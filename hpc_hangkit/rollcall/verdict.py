@@ -9,7 +9,7 @@ sentence. Verdicts: docs/report.md.
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Iterable, List, Optional, Tuple
 
 from hpc_hangkit.parse.exits import Exit, ExitHow
 from hpc_hangkit.parse.model import Frame
@@ -240,19 +240,23 @@ def _world_and_missing(world, facts, unwatched):
 
 
 def build_report(summary: dict, *, depth: Optional[int] = None, world_size: Optional[int] = None,
-                 now: Optional[float] = None) -> Report:
+                 now: Optional[float] = None, unreachable_ranks: Iterable[int] = ()) -> Report:
     """Turn a (merged) node summary into a :class:`Report`: groups, verdict, suspects, and
     the verdict's sentence (``reason``, ``why``: :func:`hpc_hangkit.rollcall.prose.explain`).
 
     ``depth``: group by the innermost ``depth`` frames of the call chain (None:
     the whole chain). ``world_size`` overrides the world size from the headers.
     ``now``: epoch seconds for check-in ages (default: the newest check-in).
+    ``unreachable_ranks``: ranks of nodes the monitor could not reach
+    (:mod:`hpc_hangkit.rollcall.unreachable`): their facts are the last ones seen, and their
+    silence since then is their node's, so they are never judged to have gone silent.
     """
     with no_cyclic_gc():
-        return _build_report(summary, depth, world_size, now)
+        return _build_report(summary, depth, world_size, now, frozenset(unreachable_ranks))
 
 
-def _build_report(summary: dict, depth: Optional[int], world_size: Optional[int], now: Optional[float]) -> Report:
+def _build_report(summary: dict, depth: Optional[int], world_size: Optional[int], now: Optional[float],
+                  unreachable_ranks: frozenset = frozenset()) -> Report:
     world, chains, facts, unw, warns = unpack(summary)
     if world_size is not None:
         world = world_size
@@ -271,7 +275,7 @@ def _build_report(summary: dict, depth: Optional[int], world_size: Optional[int]
         extra = sorted(r for r in facts if r >= world)
         if extra:
             rep.warnings.append("ranks %s are beyond the world size %d" % (format_ranks(extra), world))
-    apply_timing(facts)
+    apply_timing(facts, unreachable_ranks)
     groups = _groups(facts, chains, depth, rep.rank_chains)
     v = classify(groups, facts, rep.missing_ranks, rep.unwatched_ranks, world)
     rep.verdict, rep.suspect_ranks, rep.groups = v.kind, v.suspects, v.groups
@@ -687,7 +691,7 @@ def _gone(stuck, prog, gone, unknown, facts: Dict[int, RankFacts], total_seen: i
     return Verdict("GONE", "gone_all", groups=gone + unknown, **kw)
 
 
-def apply_timing(facts: Dict[int, RankFacts]) -> None:
+def apply_timing(facts: Dict[int, RankFacts], unreachable_ranks: Iterable[int] = ()) -> None:
     """Wall-clock evidence (log mtimes, heartbeat times), applied to ``facts`` before grouping:
 
     - a stuck rank that checked in (heartbeat counter > 0) after its last dump is
@@ -695,9 +699,11 @@ def apply_timing(facts: Dict[int, RankFacts]) -> None:
     - a rank that wrote nothing (no dump, no check-in) for more than
       max(3 watchdog periods, SILENT_MIN_S = 5 s) while another rank kept writing *went silent*:
       a watched rank that is stuck keeps dumping every period, so it exited, was
-      killed, or its node is gone (state *exited*).
+      killed, or its node is gone (state *exited*) -- except ``unreachable_ranks``, whose node
+      did not answer the monitor: what they last showed is all there is, not an end.
     Copies whose mtimes were reset (a plain copy) look fresh and change nothing.
     """
+    held = set(unreachable_ranks)
     lasts: Dict[int, float] = {}
     for r, f in facts.items():
         ts = [t for t in (f.last_write, f.hb.wall_s if f.hb else None) if t is not None]
@@ -714,7 +720,7 @@ def apply_timing(facts: Dict[int, RankFacts]) -> None:
             f.detail = "checked in (%s) %.0f s after its last dump: moving" % (
                 json.dumps(hb.label or ""), hb.wall_s - lw)
         period = f.period_s or (hb.period_s if hb else None)
-        if lw is not None and period and f.state in ("stuck", "progressing", "unknown"):
+        if lw is not None and period and f.state in ("stuck", "progressing", "unknown") and r not in held:
             silent = ref - lasts[r]
             if silent > max(3 * period, SILENT_MIN_S):
                 f.state = "exited"

@@ -258,3 +258,29 @@ def test_srun_probe_folds_the_answer_that_came_and_names_the_silent_node(tmp_pat
     tail = argv[argv.index("--") + 1:]
     assert tail[:4] == ["hpc-hangkit", "slurm-probe", "--scratch", "/scratch/job_77/attempt_0"]
     assert tail[4:8] == ["--answer", "summary", "--samples", "3"]
+
+
+def test_an_unreachable_nodes_ranks_keep_their_last_positions_and_are_not_judged_gone(tmp_path):
+    """The other node's last answer is a minute old (its node went silent) while this node's
+    ranks keep writing: without its unreachable record the roll call would call its ranks
+    gone silent (exited: GONE); with it, they keep the positions last seen and the verdict is
+    the direct roll call's."""
+    import time
+    from hpc_hangkit.rollcall.unreachable import write_unreachable
+
+    a = node_scratch(str(tmp_path / "a"), (0, 1))
+    b = node_scratch(str(tmp_path / "b"), (2, 3))
+    old = time.time() - 60
+    for name in os.listdir(os.path.join(b, layout.WATCHDOG_DIR)):
+        os.utime(os.path.join(b, layout.WATCHDOG_DIR, name), (old, old))
+    doc, _ = answer_doc(b, "summary")
+    view = slurm_probe.View(str(tmp_path / "view"))
+    view.apply(slurm_probe.rank_files(a))
+    view.apply_summary("hk2", doc["summary"])
+    silent = report_from_dir(view.path)
+    assert silent.verdict == "GONE" and {2, 3} <= set(silent.suspect_ranks), shape(silent)
+    write_unreachable(view.path, "hk2", old, [2, 3], "no answer within the probe's 10 s deadline")
+    held = report_from_dir(view.path)
+    assert shape(held) == shape(report_from_dir(node_scratch(str(tmp_path / "all"), range(4))))
+    assert held.verdict == "SPLIT" and held.suspect_ranks == [1]
+    assert [u["ranks"] for u in held.unreachable] == ["2-3"]
