@@ -213,6 +213,13 @@ class Project:
                     ref = call_ref(mod, ff.cls, ff.qualname, n)
                     if ref is not None:
                         ff.calls.append((ref, n.lineno, n.col_offset, call_info(mod, n)))
+                        if n.args or n.keywords:
+                            # a parameter handed on as it is: what the callee's parameter holds
+                            # comes from this function's callers (:meth:`_pass_through`)
+                            for k, a in [(i, a) for i, a in enumerate(n.args)] + \
+                                    [(k.arg, k.value) for k in n.keywords if k.arg]:
+                                if isinstance(a, ast.Name) and a.id in params and a.id not in ("self", "cls"):
+                                    ff.passes.append((ref, k, a.id))
                         if taint is not None and (n.args or n.keywords):
                             handing.append((n, ref))
                             lv, elems = _handed(taint, mod, ff, n, ref)
@@ -614,6 +621,7 @@ class Project:
                     caller.ret_level = ff.ret_level
                     work.append(caller)
         self._hand_arguments()
+        self._pass_through()
         self._agree_attributes()
 
     def _agree_attributes(self):
@@ -689,6 +697,32 @@ class Project:
                         lv = max(lv, ff.param_levels.get(p, 0))
                 if lv > mod.attr_levels.get(key, 0):
                     mod.attr_levels[key] = lv
+
+    def _pass_through(self):
+        """Mark the parameters that can hold data from outside the tree's own making
+        (:attr:`~hpc_hangkit.lint.model.FuncFacts.open_params`): every parameter of a function
+        no tree code calls (an entry point), one a caller hands a rank level, and, through any
+        chain of calls, one a caller binds to such a parameter of its own."""
+        edges = {}
+        work = []
+        for ff in self.funcs.values():
+            ff.open_params = set(ff.params) if not ff.called else {p for p, lv in ff.param_levels.items() if lv}
+            if ff.open_params:
+                work.append(ff)
+            for ref, k, mine in ff.passes:
+                callee = self.resolve(ref)
+                if callee is None:
+                    continue
+                bound = 1 if ref[0] in ("self", "super") else 0
+                p = callee.params[k + bound] if isinstance(k, int) and k + bound < len(callee.params) else k
+                if p in callee.params:
+                    edges.setdefault(id(ff), []).append((mine, callee, p))
+        while work:
+            ff = work.pop()
+            for mine, callee, p in edges.get(id(ff), ()):
+                if mine in ff.open_params and p not in callee.open_params:
+                    callee.open_params.add(p)
+                    work.append(callee)
 
     def _bind_rank_params(self):
         """A private helper (``_add_peers(self, rank, peers)``) whose rank-named parameters every

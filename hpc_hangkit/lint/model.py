@@ -58,7 +58,7 @@ class FuncFacts:
                  "arg_calls", "attr_params", "raises", "var_types", "ret_elems", "ret_params", "defaults",
                  "directs", "cond_ranges", "tested", "general", "ret_agreed", "agreed_attrs",
                  "ret_elem_trips", "equal_count", "elem_args", "called", "p2p", "free_calls",
-                 "uniform_params")
+                 "uniform_params", "passes", "open_params")
 
     def __init__(self, module, qualname, cls, line, node, path=None):
         self.module = module
@@ -134,6 +134,11 @@ class FuncFacts:
         self.free_calls = None
         #: rank-named parameters that every tree call binds to such a value (after propagation)
         self.uniform_params = frozenset()
+        #: ``[(call ref, param index or keyword, own parameter)]``: a parameter handed on as it is
+        self.passes = []
+        #: parameters that can hold data from outside the tree's making (after propagation:
+        #: :meth:`~hpc_hangkit.lint.calls.Project._pass_through`); None before
+        self.open_params = None
 
 
 def _params(node):

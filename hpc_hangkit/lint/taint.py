@@ -598,8 +598,10 @@ class Taint:
     def _fed_uniform(self, e):
         """True when the sized value of emptiness test ``e`` is a parameter that every call in
         the tree hands something with nothing rank-local in it (a buffer every rank builds
-        alike): its emptiness is judged where the value comes from. A function no tree code
-        calls (an entry point: its data comes from outside) keeps the shape's rule."""
+        alike), through any chain of helpers that hand it on as it is: its emptiness is judged
+        where the value comes from. A parameter that can hold data from outside the tree (of a
+        function no tree code calls, an entry point, directly or through such a chain) keeps the
+        shape's rule."""
         if isinstance(e, ast.UnaryOp):
             e = e.operand
         elif isinstance(e, ast.Compare):
@@ -607,7 +609,7 @@ class Taint:
         x = _size_receiver(e)
         facts = self.facts
         return isinstance(x, ast.Name) and x.id in self._fn_params and x.id not in self.assigned and \
-            facts is not None and facts.called and not self.params.get(x.id, 0) and \
+            facts is not None and facts.open_params is not None and x.id not in facts.open_params and \
             x.id not in C.RANK_NAMES
 
     def _args_level(self, call):

@@ -6,6 +6,17 @@ import pytest
 from test_lint_rules import expect, lint_tree, silent
 
 FLAGGED = {
+    "emptiness_of_a_parameter_handed_on_from_an_entry_point": ("HK202", """
+import torch.distributed as dist
+
+def reduce_part(x, t):
+    if x.numel() == 0:  # BRANCH
+        return
+    dist.all_reduce(t)  # HERE
+
+def step(x, t):
+    reduce_part(x, t)
+"""),
     "size_of_this_ranks_entry_of_a_list_not_read_at_every_ranks_number": ("HK105", """
 import torch.distributed as dist
 
