@@ -737,15 +737,17 @@ class Project:
         bad = set()
         seen = set()
         for ff in self.funcs.values():
-            for ref, levels in ff.arg_calls:
+            handed = [(ref, k, lv) for ref, levels in ff.arg_calls for k, lv in levels.items() if lv]
+            # a caller's own parameter handed on: what it holds is its callers' (maybe the rank)
+            handed += [(ref, k, 2) for ref, k, _mine in ff.passes]
+            for ref, k, lv in handed:
                 callee = self.resolve(ref)
                 if callee is None or id(callee) not in helpers:
                     continue
                 bound = 1 if ref[0] in ("self", "super") else 0
-                for k, lv in levels.items():
-                    p = callee.params[k + bound] if isinstance(k, int) and k + bound < len(callee.params) else k
-                    if lv and p in callee.free_calls[0]:
-                        bad.add(id(callee))
+                p = callee.params[k + bound] if isinstance(k, int) and k + bound < len(callee.params) else k
+                if p in callee.free_calls[0]:
+                    bad.add(id(callee))
             for ref, _line, _col, info in ff.calls:
                 callee = self.resolve(ref)
                 if callee is None or id(callee) not in helpers:

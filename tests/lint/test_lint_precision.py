@@ -614,6 +614,8 @@ class Graph:
     ("for r in range(world_size): self.add_peer(r, 0)", "add_peer", True),
     # a private helper called through *args: what it binds is unknown
     ("for r in range(world_size): self._add_peer(*[r, 0])", "_add_peer", True),
+    # a caller handing on a parameter of its own: its callers may hand it the rank
+    ("self._add_peer(world_size, 0)", "_add_peer", True),
 ])
 def test_rank_named_parameter_of_a_private_helper(tmp_path, caller, helper, flagged):
     call = caller.replace("_add_peer", helper).replace("add_peer", helper) if helper != "_add_peer" else caller
