@@ -63,6 +63,8 @@ def call_ref(mod, cls, scope, call):
     return None
 
 
+#: the open parameters of a function whose every parameter comes from the tree's making
+_NONE = frozenset()
 #: word -> 2 (names what the taint reads: FUNC_RANKISH), 1 (a size), 0 (neither)
 _WORDS = {}
 
@@ -219,11 +221,14 @@ class Project:
                             for k, a in [(i, a) for i, a in enumerate(n.args)] + \
                                     [(k.arg, k.value) for k in n.keywords if k.arg]:
                                 if isinstance(a, ast.Name) and a.id in params and a.id not in ("self", "cls"):
+                                    if not ff.passes:
+                                        ff.passes = []
                                     ff.passes.append((ref, k, a.id))
                         if taint is not None and (n.args or n.keywords):
                             handing.append((n, ref))
                             lv, elems = _handed(taint, mod, ff, n, ref)
-                            ff.elem_args.extend(elems)
+                            if elems:
+                                ff.elem_args = list(ff.elem_args) + elems
                             if lv:
                                 ff.arg_calls.append((ref, lv))
             elif isinstance(n, ast.Return) and n.value is not None:
@@ -706,9 +711,13 @@ class Project:
         edges = {}
         work = []
         for ff in self.funcs.values():
-            ff.open_params = set(ff.params) if not ff.called else {p for p, lv in ff.param_levels.items() if lv}
-            if ff.open_params:
+            if not ff.called:
+                ff.open_params = True
                 work.append(ff)
+            else:
+                ff.open_params = {p for p, lv in ff.param_levels.items() if lv} or _NONE
+                if ff.open_params:
+                    work.append(ff)
             for ref, k, mine in ff.passes:
                 callee = self.resolve(ref)
                 if callee is None:
@@ -720,7 +729,10 @@ class Project:
         while work:
             ff = work.pop()
             for mine, callee, p in edges.get(id(ff), ()):
-                if mine in ff.open_params and p not in callee.open_params:
+                if (ff.open_params is True or mine in ff.open_params) and callee.open_params is not True and \
+                        p not in callee.open_params:
+                    if callee.open_params is _NONE:
+                        callee.open_params = set()
                     callee.open_params.add(p)
                     work.append(callee)
 

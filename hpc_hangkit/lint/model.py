@@ -123,7 +123,7 @@ class FuncFacts:
         #: ``[(call ref, param index or keyword, [(tree call ref, element index)], level)]``:
         #: arguments that are elements of a tuple a tree call returned (``model, dl =
         #: get_problem(rank)`` then ``Wrapper(model)``), resolved after propagation
-        self.elem_args = []
+        self.elem_args = ()
         #: a call in the tree resolves to it (after propagation)
         self.called = False
         #: it calls a point-to-point operation directly (``send``/``recv``...)
@@ -135,9 +135,10 @@ class FuncFacts:
         #: rank-named parameters that every tree call binds to such a value (after propagation)
         self.uniform_params = frozenset()
         #: ``[(call ref, param index or keyword, own parameter)]``: a parameter handed on as it is
-        self.passes = []
+        self.passes = ()
         #: parameters that can hold data from outside the tree's making (after propagation:
-        #: :meth:`~hpc_hangkit.lint.calls.Project._pass_through`); None before
+        #: :meth:`~hpc_hangkit.lint.calls.Project._pass_through`; True: all of them, for a
+        #: function no tree code calls); None before
         self.open_params = None
 
 

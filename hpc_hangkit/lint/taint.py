@@ -609,7 +609,8 @@ class Taint:
         x = _size_receiver(e)
         facts = self.facts
         return isinstance(x, ast.Name) and x.id in self._fn_params and x.id not in self.assigned and \
-            facts is not None and facts.open_params is not None and x.id not in facts.open_params and \
+            facts is not None and facts.open_params is not None and facts.open_params is not True and \
+            x.id not in facts.open_params and \
             x.id not in C.RANK_NAMES
 
     def _args_level(self, call):
