@@ -465,11 +465,11 @@ class BatchMonitor:
             ras = maybe_source(self.settings, out_dir=self.hd_dir, env=self.env)
             if ras is not None:
                 from hpc_hangkit.slurm import rasport
-                addr, origin = rasport.address_in_use(
+                use = rasport.address_in_use(
                     self.env, rasport.read_job_env(os.path.join(self.scratch, layout.JOB_ENV_FILE)))
-                (log.warning if "set by the job is used" in origin else log.info)(
+                (log.warning if use.origin is rasport.RasOrigin.JOB_OVERRIDES else log.info)(
                     "hpc-hangkit: NCCL RAS queries go to %s:%d: %s", ras.client.host, ras.client.port,
-                    "the site's ncclras_address" if self.settings.ncclras_address else origin)
+                    "the site's ncclras_address" if self.settings.ncclras_address else use.sentence())
                 prefix = slurm.overlap_prefix(self.job_id, self.others[:1]) if self.others else []
                 src.append(RasOnRankNode(ras, self.scratch, prefix))
         except Exception as e:  # RAS is optional evidence

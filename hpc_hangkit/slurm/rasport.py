@@ -21,10 +21,11 @@ epilog never ran) and is reclaimed. "Free" means a bind to 127.0.0.1:<port> work
 Root-side code: everything is opened through directory fds with O_NOFOLLOW under the
 root-owned scratch root; nothing the job's user owns is read.
 """
+import enum
 import errno
 import os
 import socket
-from typing import Callable, List, Mapping, Optional, Tuple
+from typing import Callable, List, Mapping, NamedTuple, Optional, Tuple
 
 from hpc_hangkit import fsio, layout
 
@@ -191,21 +192,47 @@ def ras_addr(port: int) -> str:
     return "%s:%d" % (RAS_HOST, port)
 
 
-def address_in_use(env: Mapping[str, str], job_env: Mapping[str, str]) -> Tuple[Optional[str], str]:
-    """The NCCL RAS address the job's ranks use, and where it comes from, for the
-    monitor's log: ``env`` is the job's environment (NCCL_RAS_ADDR as the ranks see
-    it), ``job_env`` the prolog's ``hangkit.env`` of this node (:func:`read_job_env`).
-    Returns ``(address or None for NCCL's default, origin sentence)``. Pure."""
+class RasOrigin(enum.Enum):
+    """Where the NCCL RAS address the ranks use comes from."""
+    JOB_OVERRIDES = "job_overrides"  #: the job's NCCL_RAS_ADDR wins over the prolog's per-job address
+    PROLOG = "prolog"                #: the per-job address the prolog chose
+    JOB = "job"                      #: the job's NCCL_RAS_ADDR, no per-job address on this node
+    DEFAULT = "default"              #: NCCL's default address, no per-job address on this node
+
+
+class AddressInUse(NamedTuple):
+    """The RAS address the ranks use (None: NCCL's default), its :class:`RasOrigin`, and the
+    prolog's per-job address (None when this node has none)."""
+    address: Optional[str]
+    origin: RasOrigin
+    ours: Optional[str]
+
+    def sentence(self) -> str:
+        """Where the address comes from, in words, for the monitor's log."""
+        if self.origin is RasOrigin.JOB_OVERRIDES:
+            return ("NCCL_RAS_ADDR=%s set by the job is used (it wins over the per-job "
+                    "address %s the prolog chose)" % (self.address, self.ours))
+        if self.origin is RasOrigin.PROLOG:
+            return "per-job address %s (chosen by the prolog)" % self.address
+        if self.origin is RasOrigin.JOB:
+            return "NCCL_RAS_ADDR=%s set by the job (no per-job address on this node)" % self.address
+        return "NCCL's default address (no per-job address on this node)"
+
+
+def address_in_use(env: Mapping[str, str], job_env: Mapping[str, str]) -> AddressInUse:
+    """The NCCL RAS address the job's ranks use and where it comes from (:class:`AddressInUse`;
+    its :meth:`~AddressInUse.sentence` for the monitor's log): ``env`` is the job's environment
+    (NCCL_RAS_ADDR as the ranks see it), ``job_env`` the prolog's ``hangkit.env`` of this node
+    (:func:`read_job_env`). Pure."""
     used = env.get(layout.NCCL_RAS_ADDR_ENV) or None
     ours = job_env.get(layout.NCCL_RAS_ADDR_ENV) or None
     if used and ours and used != ours:
-        return used, ("NCCL_RAS_ADDR=%s set by the job is used (it wins over the per-job "
-                      "address %s the prolog chose)" % (used, ours))
+        return AddressInUse(used, RasOrigin.JOB_OVERRIDES, ours)
     if used and used == ours:
-        return used, "per-job address %s (chosen by the prolog)" % used
+        return AddressInUse(used, RasOrigin.PROLOG, ours)
     if used:
-        return used, "NCCL_RAS_ADDR=%s set by the job (no per-job address on this node)" % used
-    return None, "NCCL's default address (no per-job address on this node)"
+        return AddressInUse(used, RasOrigin.JOB, None)
+    return AddressInUse(None, RasOrigin.DEFAULT, None)
 
 
 def read_job_env(path: str) -> dict:

@@ -89,11 +89,16 @@ def test_a_planted_reservation_directory_is_never_used(tmp_path):
 
 def test_the_address_in_use_says_where_it_comes_from():
     ours = {"NCCL_RAS_ADDR": "localhost:29105"}
-    assert rasport.address_in_use(ours, ours) == ("localhost:29105",
-                                                  "per-job address localhost:29105 (chosen by the prolog)")
-    addr, why = rasport.address_in_use({"NCCL_RAS_ADDR": "localhost:31000"}, ours)
-    assert addr == "localhost:31000" and "set by the job is used" in why and "localhost:29105" in why
-    assert rasport.address_in_use({}, {})[0] is None
+    use = rasport.address_in_use(ours, ours)
+    assert (use.address, use.origin) == ("localhost:29105", rasport.RasOrigin.PROLOG)
+    assert use.sentence() == "per-job address localhost:29105 (chosen by the prolog)"
+    use = rasport.address_in_use({"NCCL_RAS_ADDR": "localhost:31000"}, ours)
+    assert (use.address, use.origin) == ("localhost:31000", rasport.RasOrigin.JOB_OVERRIDES)
+    assert "set by the job is used" in use.sentence() and "localhost:29105" in use.sentence()
+    use = rasport.address_in_use({"NCCL_RAS_ADDR": "localhost:31000"}, {})
+    assert use.origin is rasport.RasOrigin.JOB and "no per-job address" in use.sentence()
+    use = rasport.address_in_use({}, {})
+    assert use.address is None and use.origin is rasport.RasOrigin.DEFAULT
 
 
 def _prolog(tmp_path, job_id, uid, gid):
