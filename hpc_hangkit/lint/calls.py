@@ -106,6 +106,8 @@ class Project:
         self._local_alias = None
         #: the saves of the module whose facts are built (:func:`_saved_attrs`), indexed on demand
         self._saved = None
+        #: method name -> the tree's methods of that name (:meth:`agreed_method`), built on demand
+        self._methods = None
 
     # ------------------------------------------------------------ building
     def add(self, mod):
@@ -135,6 +137,7 @@ class Project:
                 self._aliases.setdefault(alias, []).append(mod)
         self._cache = {}
         self._canon = {}
+        self._methods = None
         for ff in mod.funcs.values():
             self.funcs[(mod.key, ff.qualname)] = ff
 
@@ -868,6 +871,21 @@ class Project:
                 if callee.witness:
                     c.witness, c.via = callee.witness, (line, callee)
         return c
+
+    def agreed_method(self, name):
+        """True when the value of method ``name`` called on a receiver the lint cannot type is
+        the same on every rank: some tree class implements ``name`` with a collective, and every
+        tree implementation that reaches a collective returns an agreed value (its collective's
+        result: Lightning's ``ParallelStrategy.reduce_boolean_decision`` all-reduces the decision
+        and returns it; the single-process ``Strategy`` returns its argument and runs without
+        other ranks). Meaningful after :meth:`propagate` (before it: False)."""
+        if self._methods is None:
+            self._methods = {}
+            for ff in self.funcs.values():
+                if ff.cls and ff.qualname == ff.cls + "." + ff.qualname.rsplit(".", 1)[-1]:
+                    self._methods.setdefault(ff.qualname.rsplit(".", 1)[-1], []).append(ff)
+        comm = [ff for ff in self._methods.get(name, ()) if ff.witness]
+        return bool(comm) and all(ff.ret_agreed is True for ff in comm)
 
     def return_level(self, mod, cls, call):
         """Rank level of the value a call of a tree function returns (0 when unresolved)."""

@@ -247,7 +247,7 @@ class Taint:
             elif isinstance(st, ast.Try) or type(st).__name__ == "TryStar":
                 self._scan_guards(st.body, conds)
                 for h in st.handlers:
-                    self._scan_guards(h.body, conds if _optional_import(st, h) else conds + (("except", None),))
+                    self._scan_guards(h.body, conds if _uniform_handler(st, h) else conds + (("except", None),))
                 self._scan_guards(st.orelse, conds)
                 self._scan_guards(st.finalbody, conds)
             elif isinstance(st, (ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith)):
@@ -549,6 +549,9 @@ class Taint:
             through = self.project.returning_args(self.mod, self.cls, call)
         if lv == 2:
             return 2
+        if through is None and self.project is not None and isinstance(f, ast.Attribute) and \
+                _commish(f.value) and self.project.agreed_method(f.attr):
+            return 0  # a communicator's method that the tree implements as an agreeing collective
         if through is not None:
             # a tree function: only the arguments its return value is computed from count
             for a in through:
@@ -740,6 +743,39 @@ def _optional_import(st, handler):
             if isinstance(x, ast.Call) and (dotted(x.func) or [""])[-1] in ("import_module", "__import__"):
                 return True
     return False
+
+
+def _commish(e):
+    """True for a receiver named like a communicator (``strategy``, ``self.strategy``,
+    ``trainer.strategy``, ``comm``: :data:`~hpc_hangkit.lint.collectives.COMMISH`)."""
+    d = dotted(e)
+    return bool(d) and bool(C.COMMISH.search(d[-1]))
+
+
+_TYPE_ERRORS = {"TypeError", "NotImplementedError"}
+
+
+def _length_probe(st, handler):
+    """True for the fallback of a length probe: ``try:`` holds one statement whose value is
+    ``len(x)`` (``n = len(x)``, ``return len(x)``) and the handler catches only ``TypeError``/
+    ``NotImplementedError``: whether ``x``'s class has a ``__len__`` is a question about its
+    type (like ``hasattr``), and every rank builds the same class, so every rank takes the
+    handler or none does."""
+    t = handler.type
+    names = t.elts if isinstance(t, ast.Tuple) else [t] if t is not None else []
+    if not names or any((dotted(n) or [""])[-1] not in _TYPE_ERRORS for n in names):
+        return False
+    if len(st.body) != 1 or not isinstance(st.body[0], (ast.Assign, ast.Return)):
+        return False
+    v = st.body[0].value
+    return isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id == "len" and \
+        len(v.args) == 1 and not v.keywords
+
+
+def _uniform_handler(st, handler):
+    """True for an ``except`` handler that every rank takes or none does (:func:`_optional_import`,
+    :func:`_length_probe`)."""
+    return _optional_import(st, handler) or _length_probe(st, handler)
 
 
 def _is_cast_of(e, name):

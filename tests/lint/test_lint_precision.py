@@ -309,6 +309,66 @@ def run(t, d):
     for i, name in enumerate(os.listdir(d)):  # BRANCH
         dist.all_reduce(t)  # HERE
 """),
+    "length_probe_caught_as_any_exception": ("HK202", """
+import torch.distributed as dist
+
+def sized_len(loader):
+    try:
+        n = len(loader)
+    except Exception:
+        n = None
+    return n
+
+def has_len_all_ranks(loader, t):
+    if sized_len(loader) is None:  # BRANCH
+        return False
+    dist.all_reduce(t)  # HERE
+"""),
+    "type_error_fallback_of_a_call_that_is_not_a_length": ("HK202", """
+import torch.distributed as dist
+
+def parsed(path):
+    try:
+        n = int(open(path).read())
+    except TypeError:
+        n = None
+    return n
+
+def sync(path, t):
+    if parsed(path) is None:  # BRANCH
+        return
+    dist.all_reduce(t)  # HERE
+"""),
+    "communicators_method_whose_collective_implementation_returns_a_local_value": ("HK203", """
+import os
+import torch.distributed as dist
+
+class Parallel:
+    def decide(self, flag):
+        dist.barrier()
+        return flag
+
+def check(strategy, path):
+    if not strategy.decide(os.path.exists(path)):  # BRANCH
+        raise FileNotFoundError(path)
+    strategy.barrier()  # HERE
+"""),
+    "agreeing_method_on_a_receiver_not_named_like_a_communicator": ("HK203", """
+import os
+import torch
+import torch.distributed as dist
+
+class Parallel:
+    def decide(self, flag):
+        t = torch.tensor(int(flag))
+        dist.all_reduce(t)
+        return bool(t)
+
+def check(helper, strategy, path):
+    if not helper.decide(os.path.exists(path)):  # BRANCH
+        raise FileNotFoundError(path)
+    strategy.barrier()  # HERE
+"""),
 }
 
 SILENT = {
@@ -550,6 +610,46 @@ def run(t, n):
     for step, x in enumerate(items):
         if step == n - 1:
             dist.barrier()
+""",
+    "length_probe_with_a_not_implemented_fallback": """
+import torch.distributed as dist
+
+class Loop:
+    def _length(self, loader):
+        try:
+            n = len(loader)
+        except NotImplementedError:
+            n = float("inf")
+        return n
+
+    def run(self, loader, t):
+        if self._length(loader) == float("inf"):
+            return
+        dist.all_reduce(t)
+""",
+    "agreed_decision_of_self_strategy": """
+import os
+import torch
+import torch.distributed as dist
+
+class Single:
+    def reduce_boolean_decision(self, decision):
+        return decision
+
+class Parallel(Single):
+    def reduce_boolean_decision(self, decision):
+        t = torch.tensor(int(decision))
+        dist.all_reduce(t)
+        return bool(t)
+
+class Saver:
+    def __init__(self, strategy):
+        self.strategy = strategy
+
+    def save(self, path):
+        if not self.strategy.reduce_boolean_decision(os.path.exists(path)):
+            return
+        self.strategy.barrier()
 """,
 }
 
