@@ -92,6 +92,8 @@ class Taint:
         self._tests = None
         self._version = 0
         self._trips_due = False
+        #: containers whose count the function agrees through a collective (:meth:`_counted_here`)
+        self._counted = None
         self._run()
 
     # -------------------------------------------------------------- environment
@@ -453,6 +455,21 @@ class Taint:
             return (self.cls, d[1]) in getattr(self.mod, "attr_agreed", ())
         return False
 
+    def _counted_here(self, e):
+        """True for a container (``self.pending``, a local) whose count this function agrees
+        through a collective: a local counted in a loop over it (``n += 1`` in ``for k, v in
+        self.pending.items():``) or assigned ``len(it)`` is handed, directly or through what it
+        is computed into (``t = torch.tensor(n)``), to an agreeing collective
+        (``all_reduce(t, op=MIN)``). Agreeing a count is the code's own statement that the
+        count can differ between ranks, so the container's size is rank-local here (sglang's
+        ``if len(self.ongoing_write_through) == 0: return`` before that all_reduce)."""
+        d = dotted(e)
+        if not d or not self.agreed:
+            return False
+        if self._counted is None:
+            self._counted = _counted_containers(self.fn, self.agreed, self.mod.local.get(id(self.fn)))
+        return tuple(d) in self._counted
+
     def _reaching(self, sites):
         """The highest level of the assignments in ``sites`` ({line: level}) that can reach a
         read at line ``self._at``: those before it, and those in a loop around both."""
@@ -536,6 +553,8 @@ class Taint:
             if table is not None:
                 return self.level(table)
         if name == "len" and call.args and _data_name(call.args[0]) and not self._agreed(call.args[0]):
+            return 1
+        if name == "len" and len(call.args) == 1 and self._counted_here(call.args[0]):
             return 1
         if isinstance(f, ast.Attribute) and name in ("numel", "size", "__len__") and _data_name(f.value) and \
                 not self._agreed(f.value):
@@ -743,6 +762,65 @@ def _optional_import(st, handler):
             if isinstance(x, ast.Call) and (dotted(x.func) or [""])[-1] in ("import_module", "__import__"):
                 return True
     return False
+
+
+_VIEWS = ("items", "keys", "values")
+
+
+def _counted_containers(fn, agreed, local=None):
+    """The dotted names (tuples) of the containers whose count function ``fn`` hands to an
+    agreeing collective (see :meth:`Taint._counted_here`); ``agreed``: the locals handed to
+    one."""
+    nodes = list(local if local is not None else walk_local(fn))
+    counts = {}  # local name -> containers it counts
+    for n in nodes:
+        if isinstance(n, (ast.For, ast.AsyncFor)):
+            # the containers the loop runs over: the longest names in its iterable, not the
+            # functions it calls (`list(self.pending.items())` runs over `self.pending`)
+            skip = {id(x.func) for x in ast.walk(n.iter) if isinstance(x, ast.Call)}
+            inner = {id(x.value) for x in ast.walk(n.iter) if isinstance(x, ast.Attribute)}
+            over = set()
+            for x in ast.walk(n.iter):
+                if id(x) in inner or not isinstance(x, (ast.Name, ast.Attribute)):
+                    continue
+                d = dotted(x)
+                if id(x) in skip:
+                    d = d[:-1] if d and d[-1] in _VIEWS else None
+                if d:
+                    over.add(tuple(d))
+            if not over:
+                continue
+            for st in walk_local(n):
+                if isinstance(st, ast.AugAssign) and isinstance(st.op, ast.Add) and \
+                        isinstance(st.target, ast.Name) and isinstance(st.value, ast.Constant):
+                    counts.setdefault(st.target.id, set()).update(over)
+        elif isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) and \
+                isinstance(n.value, ast.Call) and isinstance(n.value.func, ast.Name) and \
+                n.value.func.id == "len" and len(n.value.args) == 1:
+            d = dotted(n.value.args[0])
+            if d:
+                counts.setdefault(n.targets[0].id, set()).add(tuple(d))
+    if not counts:
+        return frozenset()
+    deps = {}
+    for n in nodes:
+        if isinstance(n, ast.Assign):
+            used = {x.id for x in ast.walk(n.value) if isinstance(x, ast.Name)}
+            for t in n.targets:
+                for x in ast.walk(t):
+                    if isinstance(x, ast.Name):
+                        deps.setdefault(x.id, set()).update(used)
+    out = set()
+    for name in agreed:
+        seen, todo = set(), [name]
+        while todo:
+            x = todo.pop()
+            if x in seen:
+                continue
+            seen.add(x)
+            out.update(counts.get(x, ()))
+            todo.extend(deps.get(x, ()))
+    return frozenset(out)
 
 
 def _commish(e):

@@ -369,6 +369,22 @@ def check(helper, strategy, path):
         raise FileNotFoundError(path)
     strategy.barrier()  # HERE
 """),
+    "emptiness_of_a_container_whose_count_the_function_agrees": ("HK202", """
+import torch
+import torch.distributed as dist
+
+class Queue:
+    def __init__(self):
+        self.pending = []
+
+    def drain(self, group):
+        if not len(self.pending):  # BRANCH
+            return
+        n = len(self.pending)
+        done = torch.tensor(n)
+        dist.all_reduce(done, op=dist.ReduceOp.MIN, group=group)  # HERE
+        del self.pending[:done.item()]
+"""),
 }
 
 SILENT = {
@@ -650,6 +666,38 @@ class Saver:
         if not self.strategy.reduce_boolean_decision(os.path.exists(path)):
             return
         self.strategy.barrier()
+""",
+    "emptiness_of_a_bucket_whose_contents_are_reduced": """
+import torch.distributed as dist
+
+class Bucket:
+    def __init__(self):
+        self.grads = []
+
+    def flush(self, group):
+        if len(self.grads) == 0:
+            return
+        for t in self.grads:
+            dist.all_reduce(t, group=group)
+        self.grads = []
+""",
+    "emptiness_of_a_container_other_than_the_one_counted": """
+import torch
+import torch.distributed as dist
+
+class Cache:
+    def __init__(self, slots):
+        self.slots = slots
+        self.pending = {}
+
+    def check(self, group):
+        if len(self.slots) == 0:
+            return
+        finished = 0
+        for key in list(self.pending):
+            finished += 1
+        t = torch.tensor(finished)
+        dist.all_reduce(t, op=dist.ReduceOp.MIN, group=group)
 """,
 }
 
