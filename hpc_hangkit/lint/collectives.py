@@ -141,8 +141,8 @@ DATAISH = re.compile(r"(^|_)(batch|batches|shards|chunks|samples|files)$|^(local
 
 #: a test of group membership: ranks outside a group skip its collectives by design
 #: (and a branch taken only with use_local_synchronization, where non-members may skip)
-MEMBERSHIP = re.compile(r"not_in_group|non_member|NON_GROUP_MEMBER|is_member|in_group|use_local_synchronization",
-                        re.I)
+MEMBERSHIP = re.compile(r"not_in_group|non_member|NON_GROUP_MEMBER|is_member|in_group|use_local_synchronization|"
+                        r"rank_in_\w+_group$", re.I)
 
 #: decorators that mark a user's function as collective
 MARK_DECORATORS = {"collective", "hpc_hangkit.collective", "hpc_hangkit.arm.agree.collective",

@@ -385,6 +385,26 @@ class Queue:
         dist.all_reduce(done, op=dist.ReduceOp.MIN, group=group)  # HERE
         del self.pending[:done.item()]
 """),
+    "a_rank_test_named_after_a_group_that_is_not_membership": ("HK101", """
+import torch.distributed as dist
+
+def is_rank_in_embedding_group_leader():
+    return dist.get_rank() == 0
+
+def sync(weight, group):
+    if is_rank_in_embedding_group_leader():  # BRANCH
+        dist.all_reduce(weight, group=group)  # HERE
+"""),
+    "pipeline_stage_test_before_a_group_collective": ("HK101", """
+import torch.distributed as dist
+
+def is_pipeline_first_stage():
+    return dist.get_rank() == 0
+
+def sync(weight, group):
+    if is_pipeline_first_stage():  # BRANCH
+        dist.all_reduce(weight, group=group)  # HERE
+"""),
 }
 
 SILENT = {
