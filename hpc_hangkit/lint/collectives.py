@@ -90,10 +90,11 @@ RANK_CALL_RE = re.compile(r"^_*(get_\w*rank\w*|\w+_rank|rank|rank_is_\w+|(if_|on
                           r"is_(main|master|root_rank|rank_?(0|zero)|"
                           r"global_zero|local_zero|local_main|leader|chief|first_rank|primary)\w*|"
                           r"(local_|global_)?rank_?(0|zero))$", re.I)
-#: names matching RANK_CALL_RE that are not the process's rank (a matrix's rank, peers, sizes)
+#: names matching RANK_CALL_RE that are not the process's rank (a matrix's rank, peers, sizes,
+#: the number of a named member of a group: ``get_pipeline_model_parallel_last_rank()``)
 NOT_RANK_RE = re.compile(r"matrix|lora|low_rank|^_*tensor_rank|sparse|src|dst|dest|peer|root_rank$|target|source|"
                          r"num|max|min|n_rank|nrank|to_rank|from_rank|warn|info|debug|print|log|only|"
-                         r"_for_|^_*rank_(zero|0)_|ranks$|ranks_", re.I)
+                         r"_for_|^_*rank_(zero|0)_|ranks$|ranks_|^_*get_\w*_(first|last)_rank$", re.I)
 #: attribute names that hold a rank test (``mpi.world.rank_is_root``)
 RANK_ATTR_RE = re.compile(r"^(rank_is_\w+|is_(rank_?(0|zero)|root_rank|main_rank|master_rank)|"
                           r"(local|global|node|world|dist|my|proc|process|device|gpu)_rank)$")

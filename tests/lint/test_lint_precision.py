@@ -405,6 +405,26 @@ def sync(weight, group):
     if is_pipeline_first_stage():  # BRANCH
         dist.all_reduce(weight, group=group)  # HERE
 """),
+    "this_rank_compared_with_the_groups_last_rank": ("HK101", """
+import torch.distributed as dist
+
+def get_pipeline_model_parallel_last_rank():
+    return 7
+
+def report(t):
+    if dist.get_rank() == get_pipeline_model_parallel_last_rank():  # BRANCH
+        dist.all_reduce(t)  # HERE
+"""),
+    "is_last_rank_is_a_test_of_this_rank": ("HK101", """
+import torch.distributed as dist
+
+def is_last_rank():
+    return dist.get_rank() == dist.get_world_size() - 1
+
+def report(t):
+    if is_last_rank():  # BRANCH
+        dist.all_reduce(t)  # HERE
+"""),
 }
 
 SILENT = {
