@@ -61,10 +61,7 @@ def read_unreachable(path: str, warnings: List[str] = None) -> List[dict]:
                 continue
             fp = os.path.join(d, name)
             try:
-                if os.path.islink(fp) or not os.path.isfile(fp):
-                    continue
-                with open(fp, "rb") as f:
-                    doc = json.loads(f.read(_MAX_RECORD).decode("utf-8"))
+                doc = json.loads(fsio.read_regular(fp, limit=_MAX_RECORD).decode("utf-8"))
                 node = str(doc["node"])
                 if not layout.HOST_RE.match(node):
                     raise ValueError("bad node name")
