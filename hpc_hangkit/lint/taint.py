@@ -835,7 +835,8 @@ _TYPE_ERRORS = {"TypeError", "NotImplementedError"}
 
 def _length_probe(st, handler):
     """True for the fallback of a length probe: ``try:`` holds one statement whose value is
-    ``len(x)`` (``n = len(x)``, ``return len(x)``) and the handler catches only ``TypeError``/
+    ``len(x)`` or a comprehension of lengths (``n = len(x)``, ``return len(x)``,
+    ``sizes = [len(d) for d in datasets]``) and the handler catches only ``TypeError``/
     ``NotImplementedError``: whether ``x``'s class has a ``__len__`` is a question about its
     type (like ``hasattr``), and every rank builds the same class, so every rank takes the
     handler or none does."""
@@ -846,6 +847,8 @@ def _length_probe(st, handler):
     if len(st.body) != 1 or not isinstance(st.body[0], (ast.Assign, ast.Return)):
         return False
     v = st.body[0].value
+    if isinstance(v, (ast.ListComp, ast.SetComp, ast.GeneratorExp)):
+        v = v.elt  # a list of lengths: `[len(d) for d in datasets]`
     return isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id == "len" and \
         len(v.args) == 1 and not v.keywords
 

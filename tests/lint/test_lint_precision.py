@@ -425,6 +425,21 @@ def report(t):
     if is_last_rank():  # BRANCH
         dist.all_reduce(t)  # HERE
 """),
+    "type_error_fallback_of_a_list_that_is_not_of_lengths": ("HK202", """
+import torch.distributed as dist
+
+def sizes_of(paths):
+    try:
+        sizes = [int(open(p).read()) for p in paths]
+    except TypeError:
+        sizes = None
+    return sizes
+
+def sync(paths, t):
+    if sizes_of(paths) is None:  # BRANCH
+        return
+    dist.all_reduce(t)  # HERE
+"""),
 }
 
 SILENT = {
