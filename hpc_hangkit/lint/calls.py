@@ -386,6 +386,7 @@ class Project:
             return False
         if rets:
             got = [agreed_value(r) for r in rets]
+            ff.ret_uniform = bool(agreed) and True in got and all(_uniform_return(r, nodes, agreed) for r in rets)
             if True in got:
                 ff.ret_agreed = True
             else:
@@ -900,6 +901,8 @@ class Project:
         ff = self.resolve(ref)
         if ff is None:
             return None
+        if ff.ret_uniform:
+            return []  # it returns constants and agreed values only, whatever it is handed
         bound = 1 if ff.cls and ff.params and ff.params[0] in ("self", "cls") and ref[0] != "cls" else 0
         out = []
         for i, a in enumerate(call.args):
@@ -1007,6 +1010,37 @@ def _restored(saved, cls, attr, value):
     else:
         return False
     return (cls, ast.dump(key), attr) in saved
+
+
+def _agreed_expr(e, agreed):
+    """A constant, or an expression whose local names are all in ``agreed`` (the locals handed
+    to an agreeing collective): ``all_results.item() == 1``, ``bool(flag)``."""
+    names = {x.id for x in ast.walk(e) if isinstance(x, ast.Name) and isinstance(x.ctx, ast.Load)}
+    names -= {"bool", "int", "float", "True", "False", "None"}
+    return names <= agreed
+
+
+def _uniform_return(r, nodes, agreed):
+    """True when return value ``r`` is a constant or agreed expression (:func:`_agreed_expr`), or a
+    local name every assignment of which (plain ``name = value``, nothing else) is one."""
+    if _agreed_expr(r, agreed):
+        return True
+    if not isinstance(r, ast.Name):
+        return False
+    found = False
+    for n in nodes:
+        if isinstance(n, (ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor, ast.withitem, ast.NamedExpr)):
+            target = n.optional_vars if isinstance(n, ast.withitem) else n.target
+            if target is not None and any(isinstance(x, ast.Name) and x.id == r.id for x in ast.walk(target)):
+                return False
+        elif isinstance(n, ast.Assign):
+            hit = [t for t in n.targets if any(isinstance(x, ast.Name) and x.id == r.id for x in ast.walk(t))]
+            if hit:
+                if not (len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)) or \
+                        not _agreed_expr(n.value, agreed):
+                    return False
+                found = True
+    return found
 
 
 def _equal_count_return(fn, ret):

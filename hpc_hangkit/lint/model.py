@@ -56,7 +56,7 @@ class FuncFacts:
     __slots__ = ("module", "path", "qualname", "cls", "line", "calls", "direct", "direct_line", "marked",
                  "ret_level", "ret_calls", "noreturn", "witness", "via", "node", "params", "param_levels",
                  "arg_calls", "attr_params", "raises", "var_types", "ret_elems", "ret_params", "defaults",
-                 "directs", "cond_ranges", "tested", "general", "ret_agreed", "agreed_attrs",
+                 "directs", "cond_ranges", "tested", "general", "ret_agreed", "ret_uniform", "agreed_attrs",
                  "ret_elem_trips", "equal_count", "elem_args", "called", "p2p", "free_calls",
                  "uniform_params", "passes", "open_params")
 
@@ -111,6 +111,10 @@ class FuncFacts:
         #: ``all_reduce(flag)``): True, or the refs of the tree calls whose value it returns
         #: (agreed when one of them is, after propagation), or False
         self.ret_agreed = False
+        #: every value it returns is a constant or computed only from values agreed through a
+        #: collective (``return flag`` where every assignment of ``flag`` is ``False`` or
+        #: ``agreed.item() == 1``): what it returns does not depend on its arguments' rank
+        self.ret_uniform = False
         #: ``(class, attr) -> True or {refs}``: ``self.attr = <agreed value>`` in this function
         #: (the result of a collective, a local agreed through one, a tree call returning one)
         self.agreed_attrs = {}

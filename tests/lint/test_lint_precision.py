@@ -440,6 +440,37 @@ def sync(paths, t):
         return
     dist.all_reduce(t)  # HERE
 """),
+    "helper_that_all_reduces_but_returns_its_local_verdict": ("HK101", """
+import torch
+import torch.distributed as dist
+
+def verify(plans, plan, rank):
+    local_ok = plan == plans[rank]
+    t = torch.tensor([local_ok], dtype=torch.int)
+    dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    ok = t.item() == 1
+    ok = local_ok
+    return ok
+
+def save(plans, plan):
+    if not verify(plans, plan, dist.get_rank()):  # BRANCH
+        dist.barrier()  # HERE
+"""),
+    "helper_returning_an_agreed_value_or_a_rank_test": ("HK101", """
+import torch
+import torch.distributed as dist
+
+def verify(flag, rank):
+    t = torch.tensor([flag], dtype=torch.int)
+    dist.all_reduce(t)
+    if t.item() > 1:
+        return t.item() == 2
+    return rank == 0
+
+def save(flag):
+    if verify(flag, dist.get_rank()):  # BRANCH
+        dist.barrier()  # HERE
+"""),
 }
 
 SILENT = {
