@@ -22,8 +22,8 @@ from hpc_hangkit.rollcall.frames import frames_from_json
 from hpc_hangkit.rollcall.read import DirContents, in_capture_tree, list_files, read_dir
 
 __all__ = ["PARALLEL_MIN_FILES", "COVER_LIMIT", "summarize_node", "pack", "pack_positions", "unpack", "merge",
-           "StreamMerge", "merge_stream", "parse_runs", "summarize_dir", "summarize_files", "positions", "split_by_rank", "workers_for",
-           "no_cyclic_gc"]
+           "StreamMerge", "merge_stream", "parse_runs", "observed_times", "summarize_dir", "summarize_files",
+           "positions", "split_by_rank", "workers_for", "no_cyclic_gc"]
 
 #: raw-dump directories with at least this many files are parsed on several cores
 PARALLEL_MIN_FILES = 4096
@@ -704,10 +704,59 @@ def split_by_rank(path: str, files: List[str], workers: int):
     return c, [b for b in buckets if b]
 
 
+def _summary_ranks(summary: dict) -> List[Tuple[int, int]]:
+    """The ranks of a node summary (its positions and facts) as runs ``[(first, last)]``;
+    entries that do not parse are skipped (as :func:`unpack` skips them)."""
+    runs: List[Tuple[int, int]] = []
+    pos = summary.get("positions")
+    for p in pos if isinstance(pos, list) else ():
+        try:
+            runs.extend(parse_runs(str(p.get("ranks", "")) if isinstance(p, dict) else ""))
+        except ValueError:
+            continue
+    facts = summary.get("facts")
+    for rs in facts if isinstance(facts, dict) else ():
+        if str(rs).isdigit():
+            runs.append((int(rs), int(rs)))
+    return runs
+
+
+def observed_times(summaries: Iterable[dict], local: Iterable[dict] = ()) -> Dict[int, float]:
+    """rank -> epoch seconds its facts were observed, for the ranks of ``summaries`` that
+    carry ``taken_at`` (when their node took them: the batch monitor's probe answers, see
+    :func:`hpc_hangkit.slurm.probe.node_summary`), for
+    :func:`hpc_hangkit.rollcall.verdict.apply_timing`. Ranks that ``local`` (summaries of
+    raw files read here) also holds are left out: they are observed now. A rank in several
+    timed summaries gets the earliest time, so its silence is never overstated. A summary
+    without a usable ``taken_at`` gives nothing."""
+    out: Dict[int, float] = {}
+    for s in summaries:
+        t = s.get("taken_at")
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < float("inf"):
+            continue
+        t = float(t)
+        for lo, hi in _summary_ranks(s):
+            for r in range(max(lo, 0), hi + 1):
+                old = out.get(r)
+                if old is None or t < old:
+                    out[r] = t
+    if out:
+        lo_all, hi_all = min(out), max(out)
+        for s in local:
+            for lo, hi in _summary_ranks(s):
+                for r in range(max(lo, lo_all), min(hi, hi_all) + 1):
+                    out.pop(r, None)
+    return out
+
+
 def summarize_dir(path: str, *, world_size: Optional[int] = None, samples: int = 5,
-                  workers: Optional[int] = None) -> dict:
+                  workers: Optional[int] = None, observed: Optional[Dict[int, float]] = None) -> dict:
     """Read ``path`` (see :func:`read_dir`) and return its node summary merged with any
     ``*.summary.json`` found there.
+
+    ``observed``: a dict filled with :func:`observed_times` of the summaries found (rank ->
+    epoch s its node took its facts; empty when none carries ``taken_at``), for the roll
+    call's silence rule; the summary returned does not hold it.
 
     ``workers``: processes that parse raw dumps (default: one per available core, up
     to 8, when the directory holds at least :data:`PARALLEL_MIN_FILES` files; 1 =
@@ -719,10 +768,11 @@ def summarize_dir(path: str, *, world_size: Optional[int] = None, samples: int =
     if not os.path.exists(path):
         raise FileNotFoundError("no such file or directory: %s" % path)
     with no_cyclic_gc():
-        return _summarize_dir(path, world_size, samples, workers)
+        return _summarize_dir(path, world_size, samples, workers, observed)
 
 
-def _summarize_dir(path: str, world_size: Optional[int], samples: int, workers: Optional[int]) -> dict:
+def _summarize_dir(path: str, world_size: Optional[int], samples: int, workers: Optional[int],
+                   observed: Optional[Dict[int, float]] = None) -> dict:
     files = list_files(path)
     n = workers_for(len(files), workers)
     if n > 1 and (not hasattr(os, "fork") or _other_threads()):
@@ -747,6 +797,8 @@ def _summarize_dir(path: str, world_size: Optional[int], samples: int, workers: 
     else:
         c = read_dir(path, files)
     own = _summarize_contents(c, world_size, samples)
+    if observed is not None and c.summaries:
+        observed.update(observed_times(c.summaries, [own, *parts]))
     if parts:
         return merge(own, *parts, *c.summaries)
     if c.summaries:

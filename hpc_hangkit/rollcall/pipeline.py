@@ -3,7 +3,7 @@ report``, ``hpc-hangkit collect``, the monitor, capture's native-stack plan): re
 summarize it, build the report, add the sections."""
 import os
 import time
-from typing import List, Optional
+from typing import Dict, List, Mapping, Optional
 
 from hpc_hangkit.rollcall.nodes import parse_runs, summarize_dir
 from hpc_hangkit.rollcall.sections import add_sections
@@ -38,7 +38,9 @@ def report_from_dir(path: str, settings=None, *, samples: Optional[int] = None, 
     headers); ranks below it with no data are listed as missing. ``depth``: group by the
     innermost N frames (default: the whole chain). ``now``: epoch seconds for check-in ages
     (default: the report's own clock). The node summary the report was built from is
-    ``report.summary``.
+    ``report.summary``. Ranks known only from node summaries that their node stamped
+    (``taken_at``: the batch monitor's view) are judged silent up to when their node took
+    them, not up to the newest write here (:func:`hpc_hangkit.rollcall.nodes.observed_times`).
 
     After the stack analysis, the sections of the sources of evidence
     (:func:`hpc_hangkit.rollcall.sections.add_sections`) are added where their directories
@@ -52,23 +54,28 @@ def report_from_dir(path: str, settings=None, *, samples: Optional[int] = None, 
     """
     if samples is None:
         samples = DEFAULT_SAMPLES if settings is None else settings.stack_samples
-    summary = summarize_dir(path, world_size=world_size, samples=samples)
+    seen: Dict[int, float] = {}
+    summary = summarize_dir(path, world_size=world_size, samples=samples, observed=seen)
     if not empty_ok and not summary["positions"] and not summary["unwatched"]:
         raise NoDumps(path, summary["warnings"])
-    return report_from_summary_and_dir(summary, path, depth=depth, world_size=world_size, now=now)
+    return report_from_summary_and_dir(summary, path, depth=depth, world_size=world_size, now=now,
+                                       observed_at=seen)
 
 
 def report_from_summary_and_dir(summary: dict, path: str, *, depth: Optional[int] = None,
-                                world_size: Optional[int] = None, now: Optional[float] = None) -> Report:
+                                world_size: Optional[int] = None, now: Optional[float] = None,
+                                observed_at: Optional[Mapping[int, float]] = None) -> Report:
     """:func:`build_report` of ``summary``, plus the extension sections and the unreachable-node
-    records (:mod:`hpc_hangkit.rollcall.unreachable`) found under ``path``."""
+    records (:mod:`hpc_hangkit.rollcall.unreachable`) found under ``path``. ``observed_at``:
+    rank -> epoch s its facts were observed (:func:`build_report`; default: all now)."""
     warns: List[str] = []
     gone = read_unreachable(path, warns) if os.path.isdir(path) else []
     held = set()
     for u in gone:
         held.update(r for lo, hi in parse_runs(u["ranks"]) for r in range(lo, hi + 1))
     rep = build_report(summary, depth=depth, world_size=world_size,
-                       now=now if now is not None else time.time(), unreachable_ranks=held)
+                       now=now if now is not None else time.time(), unreachable_ranks=held,
+                       observed_at=observed_at)
     rep.summary = summary
     rep.unreachable = gone
     rep.warnings.extend(warns)

@@ -9,7 +9,7 @@ sentence. Verdicts: docs/report.md.
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
 from hpc_hangkit.parse.exits import Exit, ExitHow
 from hpc_hangkit.parse.model import Frame
@@ -240,7 +240,8 @@ def _world_and_missing(world, facts, unwatched):
 
 
 def build_report(summary: dict, *, depth: Optional[int] = None, world_size: Optional[int] = None,
-                 now: Optional[float] = None, unreachable_ranks: Iterable[int] = ()) -> Report:
+                 now: Optional[float] = None, unreachable_ranks: Iterable[int] = (),
+                 observed_at: Optional[Mapping[int, float]] = None) -> Report:
     """Turn a (merged) node summary into a :class:`Report`: groups, verdict, suspects, and
     the verdict's sentence (``reason``, ``why``: :func:`hpc_hangkit.rollcall.prose.explain`).
 
@@ -250,13 +251,18 @@ def build_report(summary: dict, *, depth: Optional[int] = None, world_size: Opti
     ``unreachable_ranks``: ranks of nodes the monitor could not reach
     (:mod:`hpc_hangkit.rollcall.unreachable`): their facts are the last ones seen, and their
     silence since then is their node's, so they are never judged to have gone silent.
+    ``observed_at``: rank -> epoch seconds its facts were observed, for ranks known only from
+    a node summary that its node took earlier (:func:`hpc_hangkit.rollcall.nodes.observed_times`:
+    the batch monitor's view); their silence is measured up to then (:func:`apply_timing`).
+    Ranks not in it (raw files read here, a collected directory) are observed now.
     """
     with no_cyclic_gc():
-        return _build_report(summary, depth, world_size, now, frozenset(unreachable_ranks))
+        return _build_report(summary, depth, world_size, now, frozenset(unreachable_ranks), observed_at)
 
 
 def _build_report(summary: dict, depth: Optional[int], world_size: Optional[int], now: Optional[float],
-                  unreachable_ranks: frozenset = frozenset()) -> Report:
+                  unreachable_ranks: frozenset = frozenset(),
+                  observed_at: Optional[Mapping[int, float]] = None) -> Report:
     world, chains, facts, unw, warns = unpack(summary)
     if world_size is not None:
         world = world_size
@@ -275,7 +281,7 @@ def _build_report(summary: dict, depth: Optional[int], world_size: Optional[int]
         extra = sorted(r for r in facts if r >= world)
         if extra:
             rep.warnings.append("ranks %s are beyond the world size %d" % (format_ranks(extra), world))
-    apply_timing(facts, unreachable_ranks)
+    apply_timing(facts, unreachable_ranks, observed_at)
     groups = _groups(facts, chains, depth, rep.rank_chains)
     v = classify(groups, facts, rep.missing_ranks, rep.unwatched_ranks, world)
     rep.verdict, rep.suspect_ranks, rep.groups = v.kind, v.suspects, v.groups
@@ -691,7 +697,8 @@ def _gone(stuck, prog, gone, unknown, facts: Dict[int, RankFacts], total_seen: i
     return Verdict("GONE", "gone_all", groups=gone + unknown, **kw)
 
 
-def apply_timing(facts: Dict[int, RankFacts], unreachable_ranks: Iterable[int] = ()) -> None:
+def apply_timing(facts: Dict[int, RankFacts], unreachable_ranks: Iterable[int] = (),
+                 observed_at: Optional[Mapping[int, float]] = None) -> None:
     """Wall-clock evidence (log mtimes, heartbeat times), applied to ``facts`` before grouping:
 
     - a stuck rank that checked in (heartbeat counter > 0) after its last dump is
@@ -701,9 +708,15 @@ def apply_timing(facts: Dict[int, RankFacts], unreachable_ranks: Iterable[int] =
       a watched rank that is stuck keeps dumping every period, so it exited, was
       killed, or its node is gone (state *exited*) -- except ``unreachable_ranks``, whose node
       did not answer the monitor: what they last showed is all there is, not an end.
+      Its silence runs from its last write to when its facts were observed
+      (``observed_at[rank]``, epoch s: when its node took the summary they come from),
+      at most to the newest write of any rank; a rank not in ``observed_at`` is observed
+      now, so its silence runs to that newest write. A node whose answer is late thus
+      never makes its ranks look gone.
     Copies whose mtimes were reset (a plain copy) look fresh and change nothing.
     """
     held = set(unreachable_ranks)
+    seen = observed_at or {}
     lasts: Dict[int, float] = {}
     for r, f in facts.items():
         ts = [t for t in (f.last_write, f.hb.wall_s if f.hb else None) if t is not None]
@@ -721,7 +734,8 @@ def apply_timing(facts: Dict[int, RankFacts], unreachable_ranks: Iterable[int] =
                 json.dumps(hb.label or ""), hb.wall_s - lw)
         period = f.period_s or (hb.period_s if hb else None)
         if lw is not None and period and f.state in ("stuck", "progressing", "unknown") and r not in held:
-            silent = ref - lasts[r]
+            at = seen.get(r)
+            silent = (ref if at is None or at > ref else at) - lasts[r]
             if silent > max(3 * period, SILENT_MIN_S):
                 f.state = "exited"
                 f.silent_s = round(silent, 1)

@@ -180,17 +180,25 @@ def rank_facts_of_node(scratch: str, host: Optional[str] = None,
 def node_summary(scratch: str, samples: int = 5) -> dict:
     """The node summary (:func:`hpc_hangkit.rollcall.nodes.summarize_files`) of this node's
     ``watchdog/``, ``heartbeats/``, ``exits/`` and ``vanished/`` in ``scratch`` (not its
-    capture tree), ``samples`` = K of the monitor's roll call."""
+    capture tree), ``samples`` = K of the monitor's roll call, with ``taken_at``: epoch
+    seconds (this node's clock) just before its files were read, an optional field of the
+    version-1 shape. The monitor's roll call measures the silence of these ranks up to it,
+    not up to the newest write of its own node's ranks, which it reads at every poll
+    (:func:`hpc_hangkit.rollcall.nodes.observed_times`)."""
     from hpc_hangkit.rollcall.nodes import summarize_files
     from hpc_hangkit.rollcall.read import list_files
 
+    # before the reads: a rank that writes during them is newer than this, never judged older
+    taken_at = round(time.time(), 3)
     subs = (layout.WATCHDOG_DIR, layout.HEARTBEAT_DIR, layout.EXITS_DIR, layout.VANISHED_DIR)
     files = []
     for sub in subs:
         d = os.path.join(scratch, sub)
         if os.path.isdir(d) and not os.path.islink(d):
             files.extend(list_files(d))
-    return summarize_files(scratch, files, samples=samples)
+    out = summarize_files(scratch, files, samples=samples)
+    out["taken_at"] = taken_at
+    return out
 
 
 def probe_main(scratch: str, out=None, sample_signal: Optional[str] = None, quiet_s: float = 1.0,
@@ -199,9 +207,9 @@ def probe_main(scratch: str, out=None, sample_signal: Optional[str] = None, quie
     answer for the batch-step monitor: with ``answer="raw"`` its rank files (tails) and the
     liveness of its ranks' processes (:func:`heartbeat_liveness`); with ``answer="summary"``
     ``{"host", "answer": "summary", "summary": node_summary(scratch, samples), "ranks":
-    rank_facts_of_node(scratch)}``. With ``sample_signal``, first a fresh dump of every rank
-    quiet for ``quiet_s`` seconds (:func:`sample_quiet_ranks`), so the answer holds it. Runs
-    inside the job as its user. Raises ValueError for an unknown ``answer``."""
+    rank_facts_of_node(scratch)}`` (the summary stamped ``taken_at``). With ``sample_signal``,
+    first a fresh dump of every rank quiet for ``quiet_s`` seconds (:func:`sample_quiet_ranks`),
+    so the answer holds it. Runs inside the job as its user. Raises ValueError for an unknown ``answer``."""
     if answer not in ANSWERS:
         raise ValueError("unknown probe answer %r (one of %s)" % (answer, ", ".join(ANSWERS)))
     out = out or sys.stdout
@@ -292,7 +300,9 @@ class View:
 
     def apply_summary(self, host: str, summary: dict) -> str:
         """Keep ``summary`` (a node's summary answer) as ``nodes/<host>.summary.json``, replacing
-        that node's previous one; the roll call over the view merges it. Returns the path.
+        that node's previous one; the roll call over the view merges it. A summary without
+        ``taken_at`` (from a node whose probe does not stamp it) is stamped now, when it
+        enters the view, so that its age is still known at later polls. Returns the path.
         Raises ValueError for a host name unfit for a file name, OSError when it cannot write."""
         import json
 
@@ -302,5 +312,7 @@ class View:
         d = os.path.join(self.path, NODES_DIR)
         os.makedirs(d, exist_ok=True)
         out = os.path.join(d, host + SUMMARY_SUFFIX)
+        if "taken_at" not in summary:
+            summary = dict(summary, taken_at=round(time.time(), 3))
         fsio.write_atomic(out, json.dumps(summary, separators=(",", ":")).encode())
         return out
