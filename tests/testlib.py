@@ -204,3 +204,32 @@ def inprocess_probe(remote):
         slurm_probe.probe_main(remote, out=buf)
         return slurm_probe.probe_files(buf.getvalue())
     return probe
+
+
+GLOO_DUMPS = os.path.join(FIXTURES, "torch_samples", "gloo_divergent_barrier", "faulthandler")
+
+
+def gloo_node_scratch(path, ranks, copies=1, period_s=None, mtimes=None):
+    """A node scratch at ``path`` holding the real watchdog logs of ``ranks`` of the gloo
+    divergent-barrier fixture, named as armed ranks name them (``rank_<r>.pid<p>.log``).
+    ``copies`` > 1 repeats each log's dumps (a longer hang); ``period_s`` writes that watchdog
+    period into each header; ``mtimes``: rank -> epoch s of its last dump (default: now).
+    Returns ``path``."""
+    import re
+    from hpc_hangkit import layout
+    wd = os.path.join(path, layout.WATCHDOG_DIR)
+    os.makedirs(wd, exist_ok=True)
+    for r in ranks:
+        with open(os.path.join(GLOO_DUMPS, "rank_%d.log" % r), "rb") as f:
+            data = f.read()
+        pid = int(re.search(rb"pid=(\d+)", data).group(1))
+        head, _, body = data.partition(b"\n")
+        if period_s is not None:
+            assert b" argv=" in head and b"period_s=" not in head
+            head = head.replace(b" argv=", b" period_s=%g argv=" % period_s, 1)
+        dst = os.path.join(wd, "rank_%d.pid%d.log" % (r, pid))
+        with open(dst, "wb") as f:
+            f.write(head + b"\n" + body * copies)
+        if mtimes and r in mtimes:
+            os.utime(dst, (mtimes[r], mtimes[r]))
+    return path

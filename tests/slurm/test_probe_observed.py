@@ -14,10 +14,9 @@ their mtimes (os.utime), the two clocks the rule compares.
 """
 import io
 import os
-import re
 import time
 
-from testlib import REPO, validate_report
+from testlib import gloo_node_scratch, validate_report
 
 from hpc_hangkit import layout
 from hpc_hangkit.report.render import render_json
@@ -25,27 +24,10 @@ from hpc_hangkit.rollcall import report_from_dir, report_from_summary_and_dir, s
 from hpc_hangkit.slurm import probe as slurm_probe
 from hpc_hangkit.wire import parse_docs
 
-GLOO = os.path.join(REPO, "tests", "fixtures", "torch_samples", "gloo_divergent_barrier", "faulthandler")
-
-
 def node_scratch(path, ranks, mtimes=None):
-    """A node scratch holding the real watchdog logs of ``ranks`` (``rank_<r>.pid<p>.log``,
-    header with ``period_s=1``); ``mtimes``: rank -> epoch s of its last dump (default: now)."""
-    wd = os.path.join(path, layout.WATCHDOG_DIR)
-    os.makedirs(wd, exist_ok=True)
-    for r in ranks:
-        with open(os.path.join(GLOO, "rank_%d.log" % r), "rb") as f:
-            data = f.read()
-        pid = int(re.search(rb"pid=(\d+)", data).group(1))
-        head, _, body = data.partition(b"\n")
-        assert b" argv=" in head and b"period_s=" not in head
-        head = head.replace(b" argv=", b" period_s=1 argv=", 1)
-        dst = os.path.join(wd, "rank_%d.pid%d.log" % (r, pid))
-        with open(dst, "wb") as f:
-            f.write(head + b"\n" + body)
-        if mtimes and r in mtimes:
-            os.utime(dst, (mtimes[r], mtimes[r]))
-    return path
+    """A node scratch of the real gloo dumps of ``ranks`` with ``period_s=1`` in each header;
+    ``mtimes``: rank -> epoch s of its last dump (default: now)."""
+    return gloo_node_scratch(path, ranks, period_s=1, mtimes=mtimes)
 
 
 def summary_answer(scratch):

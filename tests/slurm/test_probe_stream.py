@@ -11,14 +11,13 @@ where the streaming helper needs a process that prints and then never ends.
 import io
 import json
 import os
-import re
 import shutil
 import socket
 
 import pytest
 
 from fakeslurm import FakeCommands, Reply
-from testlib import REPO, start_two_ranks, validate_report, wait_for
+from testlib import gloo_node_scratch, start_two_ranks, validate_report, wait_for
 
 from hpc_hangkit import layout
 from hpc_hangkit import slurmjob
@@ -29,23 +28,8 @@ from hpc_hangkit.slurm import probe as slurm_probe
 from hpc_hangkit.slurm import sources as slurm_sources
 from hpc_hangkit.wire import DocReader, emit_doc, parse_docs
 
-GLOO = os.path.join(REPO, "tests", "fixtures", "torch_samples", "gloo_divergent_barrier", "faulthandler")
 HOST = socket.gethostname().split(".")[0]
-
-
-def node_scratch(path, ranks, copies=1):
-    """A node scratch holding the real watchdog logs of ``ranks`` (named as armed ranks name
-    them, ``rank_<r>.pid<p>.log``); ``copies`` > 1 repeats each log's dumps (a longer hang)."""
-    wd = os.path.join(path, layout.WATCHDOG_DIR)
-    os.makedirs(wd, exist_ok=True)
-    for r in ranks:
-        with open(os.path.join(GLOO, "rank_%d.log" % r), "rb") as f:
-            data = f.read()
-        pid = int(re.search(rb"pid=(\d+)", data).group(1))
-        head, _, body = data.partition(b"\n")
-        with open(os.path.join(wd, "rank_%d.pid%d.log" % (r, pid)), "wb") as f:
-            f.write(head + b"\n" + body * copies)
-    return path
+node_scratch = gloo_node_scratch
 
 
 def answer_doc(scratch, answer, samples=5):
