@@ -86,10 +86,10 @@ def _stored_rank_pids(attempt_dir, step):
             for rf in layout.list_rank_files(os.path.join(hd, sub))}
 
 
-@pytest.mark.timeout(480)
-def test_two_concurrent_steps_in_one_salloc_get_two_separate_reports(salloc):
-    tag = "%d-%d" % (os.getpid(), free_port())
-    name = "hk-steps-%s" % tag
+def two_steps(tag):
+    """The rank script and the record file of one test (in WORK, named by ``tag``) and the
+    shell line starting the two concurrent 4-rank steps, one per planted suspect in
+    :data:`PLANTED`. Returns ``(record, sruns)``."""
     rank_sh = os.path.join(WORK, "steps-rank-%s.sh" % tag)
     record = os.path.join(WORK, "steps-ranks-%s.txt" % tag)
     with open(rank_sh, "w") as f:
@@ -99,6 +99,14 @@ def test_two_concurrent_steps_in_one_salloc_get_two_separate_reports(salloc):
     os.chmod(record, 0o666)
     sruns = " & ".join("srun --exact -n4 --ntasks-per-node=2 %s %d %d %s"
                        % (rank_sh, free_port(), k, record) for k in PLANTED)
+    return record, sruns
+
+
+@pytest.mark.timeout(480)
+def test_two_concurrent_steps_in_one_salloc_get_two_separate_reports(salloc):
+    tag = "%d-%d" % (os.getpid(), free_port())
+    name = "hk-steps-%s" % tag
+    record, sruns = two_steps(tag)
     p = salloc(name, ["salloc", "--hang-detect=fail", "-J", name, "-t", "5", "-N2",
                       "--ntasks-per-node=4", "bash", "-c", sruns + " & wait"])
     try:
@@ -162,15 +170,7 @@ def test_collect_live_gathers_each_running_step_apart(salloc):
     roll call per step, each with its own planted suspect."""
     tag = "%d-%d" % (os.getpid(), free_port())
     name = "hk-steps-live-%s" % tag
-    rank_sh = os.path.join(WORK, "steps-rank-%s.sh" % tag)
-    record = os.path.join(WORK, "steps-ranks-%s.txt" % tag)
-    with open(rank_sh, "w") as f:
-        f.write(RANK_SH % {"py": sys.executable, "work": WORK})
-    os.chmod(rank_sh, 0o755)
-    open(record, "w").close()
-    os.chmod(record, 0o666)
-    sruns = " & ".join("srun --exact -n4 --ntasks-per-node=2 %s %d %d %s"
-                       % (rank_sh, free_port(), k, record) for k in PLANTED)
+    record, sruns = two_steps(tag)
     log = os.path.join(WORK, "steps-salloc-%s.txt" % tag)
     p = salloc(name, ["bash", "-c", "exec salloc --hang-detect=observe -J %s -t 5 -N2 "
                       "--ntasks-per-node=4 bash -c '%s & wait' > %s 2>&1" % (name, sruns, log)])
