@@ -74,15 +74,22 @@ def attempt_url(storage_url: str, job_id, attempt: int, user: Optional[str] = No
                       layout.storage_attempt_prefix(layout.unique_job_id(job_id), int(attempt)))
 
 
-def storage_attempts(storage_url: str, job_id, user: Optional[str] = None) -> List[int]:
-    """Attempt numbers stored for a job (sorted, distinct); [] if none. Storage errors propagate."""
-    fs, root = fs_and_root(job_url(storage_url, job_id, user))
+def stored_numbers(url: str, number_of) -> List[int]:
+    """The numbers ``number_of(name)`` gives the entries of the storage folder ``url`` (names
+    it gives None are skipped), sorted and distinct; [] if the folder is missing. Storage
+    errors propagate."""
+    fs, root = fs_and_root(url)
     try:
         entries = fs.ls(root, detail=False)
     except FileNotFoundError:
         return []
-    out = {layout.attempt_of(e.rstrip("/").rsplit("/", 1)[-1]) for e in entries}
+    out = {number_of(e.rstrip("/").rsplit("/", 1)[-1]) for e in entries}
     return sorted(out - {None})
+
+
+def storage_attempts(storage_url: str, job_id, user: Optional[str] = None) -> List[int]:
+    """Attempt numbers stored for a job (sorted, distinct); [] if none. Storage errors propagate."""
+    return stored_numbers(job_url(storage_url, job_id, user), layout.attempt_of)
 
 
 #: set in a collector child after its privilege drop: fs_and_root reloads fsspec's config

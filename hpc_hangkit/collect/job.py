@@ -19,7 +19,7 @@ from hpc_hangkit.collect.attempt import collect_attempt, load_site_settings, rmd
 from hpc_hangkit.collect.copy import has_manifest, job_scratch, local_attempts
 from hpc_hangkit.slurmjob import node_name
 from hpc_hangkit.storage import (ALIAS_SUFFIX, attempt_url, expand_storage_url, fs_and_root,
-                                 read_alias, storage_attempts)
+                                 read_alias, storage_attempts, stored_numbers)
 
 HANG_DETECTOR = layout.HANG_DETECTOR_DIR
 
@@ -139,13 +139,7 @@ def fetch_from_storage(storage_url, job_id, attempt, dest_dir, user=None, step=N
 def stored_steps(storage_url, job_id, attempt, user=None):
     """Interactive steps with a directory in storage under ``<job>/attempt_<n>/``
     (``step_<s>``; sorted step ids); [] if none. Storage errors propagate."""
-    fs, root = fs_and_root(attempt_url(storage_url, job_id, attempt, user))
-    try:
-        entries = fs.ls(root, detail=False)
-    except FileNotFoundError:
-        return []
-    out = {layout.step_of(e.rstrip("/").rsplit("/", 1)[-1]) for e in entries}
-    return sorted(out - {None})
+    return stored_numbers(attempt_url(storage_url, job_id, attempt, user), layout.step_of)
 
 
 class Part:
