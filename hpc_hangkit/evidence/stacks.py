@@ -206,7 +206,9 @@ class StackSource:
 
     Any progress: ``stalled=False``. A stalled answer carries ``since``: the last poll that
     saw anything change (progress, another node's answer taken as a baseline, a rank's end
-    recorded), the first observation of the state that stayed frozen; the roll call's
+    recorded), the first observation of the state that stayed frozen; when every change of
+    that poll came from other nodes' answers, the latest time those nodes took them (their
+    facts' ``seen_at``), not when the answers arrived; the roll call's
     position is a mode of several samples, so its verdict can catch up polls later, and
     the window is counted from that poll, not from the verdict. Otherwise the roll call over the
     scratch decides: ranks disagree (verdict in :data:`DISAGREE_VERDICTS`) ->
@@ -235,7 +237,8 @@ class StackSource:
     processes known by their node's summary answer, not by files in ``scratch``
     (:class:`hpc_hangkit.slurm.sources.RemoteRank`: ``rank``, ``pid``, ``host``, ``counter``,
     ``busy``, ``label``, ``armed_mono_s``, ``path``, ``stack`` (a signature of its newest
-    main-thread stack), ``ended``); the same rules apply to them: a counter or busy change,
+    main-thread stack), ``ended``, ``seen_at``: when its node took them, this monitor's clock,
+    or None); the same rules apply to them: a counter or busy change,
     a changed stack signature, a new process are progress, an ended one is ended, a
     vanished one gets its record (their roll call facts are in the summaries in ``scratch``).
     ``samples``: K for the roll call's modal position (settings.stack_samples);
@@ -279,6 +282,7 @@ class StackSource:
         self._absorbed_change = False  # absorb_remote took changed files since the last poll
         self._absorbed_age: Optional[float] = None  # how old they were (s), the youngest
         self._ended: set = set()        # ranks with an exit or vanished record, as last seen
+        self._dated: Dict[int, float] = {}  # rank -> when its node saw this poll's change of it
 
     def _is_local(self, path: str) -> bool:
         from hpc_hangkit.parse.faulthandler import parse_header
@@ -407,8 +411,10 @@ class StackSource:
             if new_proc:
                 if not self._first:
                     progressed[rr.rank] = "new process rank_%d.pid%d on %s" % (rr.rank, rr.pid, rr.host or "?")
+                    self._date(rr)
             elif prev is not None and rr.stack is not None and rr.stack != prev:
                 progressed[rr.rank] = "stack moved (on %s)" % (rr.host or "?")
+                self._date(rr)
         return ranks
 
     def _request_samples(self, skip_ranks) -> None:
@@ -466,11 +472,29 @@ class StackSource:
             if prev[0] != hb.counter:
                 label = (" (%s)" % hb.label) if getattr(hb, "label", "") else ""
                 progressed[hb.rank] = "heartbeat %d->%d%s" % (prev[0], hb.counter, label)
+                self._date(hb)
             elif prev[1] != busy:
                 # its watchdog thread found the main thread running Python: computing
                 # (a tight loop's samples all show one line), not waiting in a collective
                 progressed[hb.rank] = "main thread running Python (busy %d->%d)" % (prev[1], busy)
+                self._date(hb)
         return hbs
+
+    def _date(self, fact) -> None:
+        """Remember when another node saw the change of a rank process it reports (its
+        ``seen_at``, this monitor's clock), for :meth:`_change_at`; a file of the scratch
+        has none."""
+        seen = getattr(fact, "seen_at", None)
+        if seen is not None:
+            self._dated[fact.rank] = max(seen, self._dated.get(fact.rank, seen))
+
+    def _change_at(self, now: float, progressed: Dict[int, str]) -> float:
+        """When the changes of this poll were seen: ``now``, or, when every rank that moved
+        is known only by its node's answer, the latest time those nodes took them (a change
+        they report happened by then; the answer may arrive seconds later)."""
+        if progressed and all(r in self._dated for r in progressed):
+            return min(now, max(self._dated[r] for r in progressed))
+        return now
 
     def liveness(self, hb) -> Liveness:
         """:func:`hpc_hangkit.capture.ranks.node_liveness` of a heartbeat's process (exit records
@@ -536,6 +560,7 @@ class StackSource:
         last poll that saw a change, on a stalled answer; else None), with :data:`TOGETHER_KEY`
         beside it when ``together_after_s`` is set, or ``{}`` before any dump."""
         progressed: Dict[int, str] = {}
+        self._dated = {}
         hbs = self._scan_heartbeats(progressed)
         by_heartbeat = set(progressed)
         ranks = sorted(set(self._scan_logs(progressed)) | self._scan_remote_stacks(progressed))
@@ -546,8 +571,11 @@ class StackSource:
             # it recorded its own end: what it does now is its shutdown (atexit, MPI_Finalize)
             del progressed[rank]
         first, self._first = self._first, False
-        if progressed or first or ended - self._ended:
+        if first or ended - self._ended:
             self._last_change = now
+        elif progressed:
+            at = self._change_at(now, progressed)
+            self._last_change = at if self._last_change is None else max(self._last_change, at)
         elif self._absorbed_change:
             self._last_change = max(self._last_change or 0.0, now - (self._absorbed_age or 0.0))
         self._absorbed_change, self._absorbed_age = False, None

@@ -62,22 +62,26 @@ class Answer:
     """What a probe brought since the last :meth:`BackgroundProbe.take`: ``files`` (raw answers'
     rank files, merged), ``nodes`` (``{host: summary answer doc}``), ``answered`` (short host
     names), ``missing`` (``{node: why}``, set once the probe finished: the nodes that did not
-    answer), ``started`` (``clock``) and ``finished``."""
+    answer), ``started`` (``clock``), ``arrived`` (``{host: clock}``: when each summary answer
+    was folded) and ``finished``."""
 
     def __init__(self, started: float):
         self.files: Dict[str, dict] = {}
         self.nodes: Dict[str, dict] = {}
+        self.arrived: Dict[str, float] = {}
         self.answered: set = set()
         self.missing: Optional[Dict[str, str]] = None
         self.started = started
         self.finished = False
 
-    def fold(self, doc: dict) -> None:
-        """Fold one node's answer (a ``slurm-probe`` document) in."""
+    def fold(self, doc: dict, at: Optional[float] = None) -> None:
+        """Fold one node's answer (a ``slurm-probe`` document) in; ``at``: when it arrived."""
         host = str(doc.get("host") or "").split(".")[0]
         if doc.get("answer") == "summary":
             if host and layout.HOST_RE.match(host) and isinstance(doc.get("summary"), dict):
                 self.nodes[host] = doc
+                if at is not None:
+                    self.arrived[host] = at
         else:
             self.files.update(doc_files(doc))
         if host:
@@ -135,8 +139,9 @@ class BackgroundProbe:
         return self._answer
 
     def _fold(self, t0: float, doc: dict) -> None:
+        at = self.clock()
         with self._lock:
-            self._pending(t0).fold(doc)
+            self._pending(t0).fold(doc, at)
 
     def _run(self, nodes: List[str], t0: float) -> None:
         missing: Dict[str, str] = {}
@@ -178,9 +183,13 @@ class RemoteRank:
     (:func:`hpc_hangkit.slurm.probe.rank_facts_of_node`), shaped like a heartbeat record for
     :class:`hpc_hangkit.evidence.stacks.StackSource`'s remote-facts hook: ``rank``, ``pid``,
     ``host``, ``counter``, ``busy``, ``label``, ``armed_mono_s``, ``path`` (the heartbeat's
-    name), ``stack`` (signature of its newest main-thread stack, or None), ``ended``."""
+    name), ``stack`` (signature of its newest main-thread stack, or None), ``ended``;
+    ``seen_at``: when (the monitor's monotonic clock, seconds) its node took these facts
+    (:meth:`SlurmStackSource.taken_mono`), None when unknown: a change they show happened
+    by then, not when the answer reached the monitor."""
 
-    __slots__ = ("rank", "pid", "host", "counter", "busy", "label", "armed_mono_s", "path", "stack", "ended")
+    __slots__ = ("rank", "pid", "host", "counter", "busy", "label", "armed_mono_s", "path", "stack", "ended",
+                 "seen_at")
 
     def __init__(self, name: str, f: dict):
         self.path = name
@@ -194,6 +203,7 @@ class RemoteRank:
         st = f.get("stack")
         self.stack = str(st) if st else None
         self.ended = bool(f.get("ended"))
+        self.seen_at: Optional[float] = None
 
 
 class SlurmStackSource:
@@ -290,8 +300,26 @@ class SlurmStackSource:
         self._last_stats = cur
         return ev
 
-    def _fold_summary(self, host: str, doc: dict) -> None:
-        """A node's summary answer: its summary into the view, its rank facts remembered."""
+    def taken_mono(self, taken_at, started: float, arrived: float) -> float:
+        """When a node took its answer, on this monitor's monotonic clock (seconds): its
+        ``taken_at`` (epoch seconds, that node's clock) moved by this node's clock's distance
+        to the monotonic one, kept within the probe (``started``, when it started, to
+        ``arrived``, when its answer was folded): a node's clock off by more than that costs
+        at most the probe's length, never dates a change before the probe that saw it.
+        ``arrived`` when ``taken_at`` is missing or not a number."""
+        try:
+            t = float(taken_at)
+        except (TypeError, ValueError):
+            return arrived
+        if t != t:  # NaN
+            return arrived
+        clock = self.background.clock if self.background is not None else time.monotonic
+        mono = clock() - (time.time() - t)
+        return min(arrived, max(started, mono))
+
+    def _fold_summary(self, host: str, doc: dict, seen_at: Optional[float] = None) -> None:
+        """A node's summary answer: its summary into the view, its rank facts remembered
+        (``seen_at``: :meth:`taken_mono` of the answer, on each of them)."""
         from hpc_hangkit.capture.ranks import ALIVE, ENDED, GONE
         self.view.apply_summary(host, doc["summary"])
         ranks: Dict[str, RemoteRank] = {}
@@ -303,6 +331,7 @@ class SlurmStackSource:
                 rr = RemoteRank(str(name), f)
             except (KeyError, TypeError, ValueError):
                 continue
+            rr.seen_at = seen_at
             ranks[rr.path] = rr
             lv = f.get("liveness")
             if isinstance(lv, list) and len(lv) == 2 and lv[0] in (ALIVE, GONE, ENDED, UNKNOWN):
@@ -363,8 +392,10 @@ class SlurmStackSource:
                         "confirm window stays wall-clock time", took, self.poll_interval_s)
         if got.files:
             self.view.apply(got.files)
+        now = self.background.clock()
         for host, doc in sorted(got.nodes.items()):
-            self._fold_summary(host, doc)
+            arrived = min(now, got.arrived.get(host, now))
+            self._fold_summary(host, doc, self.taken_mono(doc["summary"].get("taken_at"), got.started, arrived))
         self._mark(got.answered, got.missing or {})
         first = not got.answered <= self._answered_once
         self._answered_once |= got.answered

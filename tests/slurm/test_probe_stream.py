@@ -268,3 +268,65 @@ def test_an_unreachable_nodes_ranks_keep_their_last_positions_and_are_not_judged
     assert shape(held) == shape(report_from_dir(node_scratch(str(tmp_path / "all"), range(4))))
     assert held.verdict == "SPLIT" and held.suspect_ranks == [1]
     assert [u["ranks"] for u in held.unreachable] == ["2-3"]
+
+
+def remote_rank(rank, stack, seen_at, host="hk2"):
+    rr = slurm_sources.RemoteRank("rank_%d.pid%d.hb" % (rank, 4000 + rank), {
+        "rank": rank, "pid": 4000 + rank, "host": host, "counter": 0, "busy": 0, "label": "",
+        "armed_mono_s": 1.0, "stack": stack, "ended": False})
+    rr.seen_at = seen_at
+    return rr
+
+
+def test_a_change_another_node_reports_is_dated_when_that_node_took_it(tmp_path):
+    """A slow probe: rank 3's node took its answer (its stack moved) at t=104, the answer
+    reached the monitor's poll at t=110. The stall that follows starts at 104, when the
+    change was seen, not at 110; a change of this node's own files in the same poll is
+    dated by the poll."""
+    from hpc_hangkit.detect.monitor import stack_judge
+    from hpc_hangkit.evidence.stacks import StackSource
+
+    a = node_scratch(str(tmp_path / "a"), (0, 1))
+    b = node_scratch(str(tmp_path / "b"), (2, 3))
+    doc, _ = answer_doc(b, "summary")
+    view = slurm_probe.View(str(tmp_path / "view"))
+    view.apply(slurm_probe.rank_files(a))
+    view.apply_summary("hk2", doc["summary"])
+    facts = [remote_rank(2, "s2", 100.0), remote_rank(3, "s3", 100.0)]
+    src = StackSource(view.path, stack_judge(), sample_signal=None, remote_facts=lambda: facts)
+    assert src.poll(100.0)["stacks"][0] is False     # the first look: a baseline
+    first = src.poll(101.0)["stacks"]
+    assert first[0] is True and first[1].verdict == "SPLIT" and first[2] == 100.0
+    facts[1] = remote_rank(3, "s3-moved", 104.0)
+    moved = src.poll(110.0)["stacks"]
+    assert moved[0] is False and moved[1].progressed == {3: "stack moved (on hk2)"}
+    stalled, _, since = src.poll(111.0)["stacks"]
+    assert stalled and since == 104.0
+
+    # a move of this node's own files in the same poll as a dated remote one: the poll's time
+    facts[1] = remote_rank(3, "s3-again", 112.0)
+    wd = os.path.join(view.path, layout.WATCHDOG_DIR)
+    rank0 = next(n for n in os.listdir(wd) if n.startswith("rank_0."))
+    pid = int(rank0.split(".pid")[1].split(".")[0])
+    shutil.copy(os.path.join(wd, rank0), os.path.join(wd, "rank_0.pid%d.log" % (pid + 1)))  # a new process
+    both = src.poll(118.0)["stacks"]
+    assert both[0] is False and set(both[1].progressed) == {0, 3}, both[1].progressed
+    assert both[1].progressed[0].startswith("new process")
+    stalled, _, since = src.poll(119.0)["stacks"]
+    assert stalled and since == 118.0
+
+
+def test_the_time_a_node_took_its_answer_is_kept_within_the_probe(tmp_path):
+    """A node's ``taken_at`` (its own clock) becomes this monitor's monotonic time; a node
+    whose clock is far off is held to the probe that carried its answer (not before it
+    started, not after the answer arrived); no number: the arrival."""
+    import time
+    src = slurm_sources.SlurmStackSource(str(tmp_path / "s"), slurm_probe.View(str(tmp_path / "v")), [])
+    now_mono, now_wall = time.monotonic(), time.time()
+    started, arrived = now_mono - 8.0, now_mono - 0.5
+    got = src.taken_mono(now_wall - 5.0, started, arrived)
+    assert abs(got - (now_mono - 5.0)) < 0.5
+    assert src.taken_mono(now_wall + 3600, started, arrived) == arrived
+    assert src.taken_mono(now_wall - 3600, started, arrived) == started
+    assert src.taken_mono(None, started, arrived) == arrived
+    assert src.taken_mono("soon", started, arrived) == arrived
