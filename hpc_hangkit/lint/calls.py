@@ -18,6 +18,7 @@ from hpc_hangkit.lint.taint import Taint, call_kind
 from hpc_hangkit.lint.taint import _AGREEING_ARG0, _AGREEING_ARG1
 from hpc_hangkit.lint.taint import _is_flag as _flag
 from hpc_hangkit.lint.taint import _EQUAL_COUNT
+from hpc_hangkit.lint.taint import _first_and_last, _padding
 
 __all__ = ["Project", "call_ref"]
 
@@ -131,7 +132,7 @@ class Project:
         comps = mod.key[:-3].split(os.sep) if mod.key.endswith(".py") else mod.key.split(os.sep)
         if comps[-1] == "__init__":
             comps = comps[:-1]
-        for k in range(1, min(5, len(comps))):
+        for k in range(1, min(9, len(comps))):
             alias = ".".join(comps[-k:])
             if alias != mod.name:
                 self._aliases.setdefault(alias, []).append(mod)
@@ -260,10 +261,14 @@ class Project:
                         if lv > mod.attr_levels.get((ff.cls, key), 0):
                             mod.attr_levels[(ff.cls, key)] = lv
                     used = set()
-                    for x in nodes_of(n.value):
+                    found = nodes_of(n.value)
+                    # `first_stage() and last_stage()`: the group's size, not what the calls return
+                    both = {id(c) for x in found if isinstance(x, ast.BoolOp) and isinstance(x.op, ast.And)
+                            and _first_and_last(x.values) for c in x.values}
+                    for x in found:
                         if isinstance(x, ast.Name) and x.id in params:
                             used.add(x.id)
-                        elif isinstance(x, ast.Call):
+                        elif isinstance(x, ast.Call) and id(x) not in both:
                             ref = call_ref(mod, ff.cls, ff.qualname, x)
                             if ref is not None:
                                 used.add(ref)
@@ -294,6 +299,8 @@ class Project:
         if rets and ff.qualname != "<module>":
             stmts = [x for x in (local if local is not None else walk_local(node)) if isinstance(x, ast.Return)]
             ff.equal_count = all(_equal_count_return(node, r) for r in stmts)
+            if taint is not None and all(isinstance(r, ast.Name) for r in rets):
+                _returned_lengths(mod, ff, taint, stmts, params, local if local is not None else walk_local(node))
         if rets and params:
             ff.ret_params = _flows_from(rets, local if local is not None else walk_local(node), params)
         if rets or attr_vals:
@@ -888,6 +895,30 @@ class Project:
         comm = [ff for ff in self._methods.get(name, ()) if ff.witness]
         return bool(comm) and all(ff.ret_agreed is True for ff in comm)
 
+    def padded_return(self, ff):
+        """The trip level of what tree function ``ff`` returns when it is a list padded to a count
+        (:attr:`~hpc_hangkit.lint.model.FuncFacts.ret_pad`): the count's level, with what its
+        callers hand the parameters it is computed from; None otherwise."""
+        if ff.ret_pad is None:
+            return None
+        lv, used = ff.ret_pad
+        return max([lv] + [ff.param_levels.get(p, 0) for p in used])
+
+    def field_trip(self, ff, attr):
+        """The trip level of field ``attr`` of the record tree function ``ff`` returns
+        (:attr:`~hpc_hangkit.lint.model.FuncFacts.ret_fields`), or None when unknown."""
+        got = (ff.ret_fields or {}).get(attr)
+        if got is None:
+            return None
+        lv, refs = got
+        for ref in refs:
+            callee = self.resolve(ref)
+            more = self.padded_return(callee) if callee is not None else None
+            if more is None:
+                return None
+            lv = max(lv, more)
+        return lv
+
     def return_level(self, mod, cls, call):
         """Rank level of the value a call of a tree function returns (0 when unresolved)."""
         ff = self.resolve(call_ref(mod, cls, "<module>", call))
@@ -1041,6 +1072,62 @@ def _uniform_return(r, nodes, agreed):
                     return False
                 found = True
     return found
+
+
+def _returned_lengths(mod, ff, taint, stmts, params, nodes):
+    """Fill ``ff.ret_pad`` and ``ff.ret_fields`` (:class:`~hpc_hangkit.lint.model.FuncFacts`)
+    for a function whose every return hands back a local name."""
+    if any(r.value is None for r in stmts):
+        return  # a bare return hands back None
+    if not isinstance(nodes, list):
+        nodes = list(nodes)
+    # most functions pad nothing and return no record: ask the trip counts only when one may
+    pads = [] if any(_padding(st) for st in ff.node.body) else None
+    for r in (stmts if pads is not None else ()):
+        taint._at = r.lineno
+        taint.trip_level(r.value)  # fills the padded lists
+        pad = (taint._pads or {}).get(r.value.id)
+        if pad is None or pad[0] >= r.lineno:
+            pads = None
+            break
+        pads.append((pad, r.lineno))
+    taint._at = None
+    if pads:
+        deps = _deps(nodes)
+        lv, used = 0, set()
+        for (line, m), at in pads:
+            if m is not None:
+                lv = max(lv, taint.level_at(m, line))
+                used |= _closure(m, deps) & params
+        ff.ret_pad = (lv, frozenset(used))
+    returned = {r.value.id for r in stmts}
+    records = {}  # returned name -> the fields of the records built into it
+    for n in nodes:
+        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and n.value.keywords:
+            for t in n.targets:
+                if isinstance(t, ast.Name) and t.id in returned:
+                    d = dotted(n.value.func)
+                    if d and d[-1][:1].isupper():
+                        records.setdefault(t.id, set()).update(k.arg for k in n.value.keywords if k.arg)
+    fields = None
+    for r in stmts:
+        names = records.get(r.value.id)
+        if not names:
+            return
+        got = {}
+        for attr in names:
+            defer = []
+            taint._at = r.lineno
+            lv = taint._field_trip(r.value.id, attr, defer)
+            taint._at = None
+            refs = [call_ref(mod, ff.cls, ff.qualname, c) for c in defer]
+            if lv is not None and None not in refs:
+                got[attr] = (lv, refs)
+        if fields is None:
+            fields = got
+        else:
+            fields = {a: (max(v[0], got[a][0]), v[1] + got[a][1]) for a, v in fields.items() if a in got}
+    ff.ret_fields = fields or None
 
 
 def _equal_count_return(fn, ret):

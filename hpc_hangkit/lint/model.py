@@ -58,7 +58,7 @@ class FuncFacts:
                  "arg_calls", "attr_params", "raises", "var_types", "ret_elems", "ret_params", "defaults",
                  "directs", "cond_ranges", "tested", "general", "ret_agreed", "ret_uniform", "agreed_attrs",
                  "ret_elem_trips", "equal_count", "elem_args", "called", "p2p", "free_calls",
-                 "uniform_params", "passes", "open_params")
+                 "uniform_params", "passes", "open_params", "ret_pad", "ret_fields")
 
     def __init__(self, module, qualname, cls, line, node, path=None):
         self.module = module
@@ -144,6 +144,12 @@ class FuncFacts:
         #: :meth:`~hpc_hangkit.lint.calls.Project._pass_through`; True: all of them, for a
         #: function no tree code calls); None before
         self.open_params = None
+        #: every return hands back a local list padded to a count (:func:`~hpc_hangkit.lint.taint.
+        #: _padded_lists`): ``(the count's level, the parameters it is computed from)``; else None
+        self.ret_pad = None
+        #: every return hands back a record (``SimpleNamespace(existing=xs, ...)``): ``{field:
+        #: (trip level, [refs of the calls whose padded return it also holds])}``; else None
+        self.ret_fields = None
 
 
 def _params(node):

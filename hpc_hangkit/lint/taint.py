@@ -94,6 +94,11 @@ class Taint:
         self._trips_due = False
         #: containers whose count the function agrees through a collective (:meth:`_counted_here`)
         self._counted = None
+        #: name -> (line after which its length is decided, the count's level) for a list
+        #: padded to an agreed count (:func:`_padded_lists`), built on the first trip count asked
+        self._pads = None
+        #: the levels of the locals are final (trip counts can be asked)
+        self._env_done = False
         self._run()
 
     # -------------------------------------------------------------- environment
@@ -172,7 +177,7 @@ class Taint:
                         self._version += 1
             if not changed:
                 break
-        self._trips_due = True
+        self._trips_due = self._env_done = True
         if self.project is not None:
             # the rules read it (HK107); the facts (no project) do not
             for target, value, conds, part in assigns:
@@ -212,7 +217,9 @@ class Taint:
         key = (id(c), self._at, self._version)
         got = self._tests.get(key)
         if got is None:
-            got = self._tests[key] = self.test_level(c)
+            got = self.test_level(c)
+            if self._tests is not None:  # (a trip count asked on the way starts the memo again)
+                self._tests[key] = got
         return got
 
     def _loop_pairs(self, target, it):
@@ -392,6 +399,8 @@ class Taint:
             return max(self.level(e.value), self.level(e.slice))
         if isinstance(e, (ast.Lambda,)):
             return 0
+        if isinstance(e, ast.BoolOp) and isinstance(e.op, ast.And) and _first_and_last(e.values):
+            return 0
         if isinstance(e, ast.Compare) and len(e.ops) == 1 and isinstance(e.ops[0], (ast.Is, ast.IsNot)) and \
                 isinstance(e.left, ast.Name) and isinstance(e.comparators[0], ast.Constant) and \
                 e.comparators[0].value is None:
@@ -498,13 +507,26 @@ class Taint:
             m = self._members[id(e)] = mentions_membership(e)
         if m:
             return 0
-        lv = self.level(e)
+        lv = self._truth_level(e)
         if lv < 2:
             inner = e.operand if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not) else e
             if isinstance(inner, (ast.Name, ast.Attribute)) and _data_name(inner) and not self._agreed(inner):
                 lv = max(lv, 1)
             elif lv == 0 and _emptiness(inner) and not self._fed_uniform(inner):
                 lv = 1
+        return lv
+
+    def _truth_level(self, e):
+        """:meth:`level` of a condition, where a local name tested for its truth alone (``if
+        not xs:``, ``a and not xs``) counts at most its trip level: the truth of a container is
+        whether it is empty, a question about its length (a list padded to an agreed count)."""
+        if isinstance(e, ast.BoolOp):
+            return max(self._truth_level(v) for v in e.values)
+        if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not):
+            return self._truth_level(e.operand)
+        lv = self.level(e)
+        if lv and self._env_done and isinstance(e, ast.Name) and e.id in self.assigned:
+            lv = min(lv, self.trip_level(e))
         return lv
 
     def iter_level(self, e):
@@ -646,6 +668,71 @@ class Taint:
                 lv = max(lv, self.level(k.value))
         return lv
 
+    def _field_trip(self, name, attr, defer=None):
+        """Trip level of ``name.attr`` where local ``name`` holds a record built here with that
+        field (``blocks = SimpleNamespace(existing=xs, ...)``: a call of a capitalised name, a
+        class, with keyword ``attr``) or returned by a tree function whose every return is such
+        a record (:meth:`~hpc_hangkit.lint.calls.Project.field_trip`), and the field's later
+        assignments (``blocks.existing = f(blocks.existing)``): the highest trip level of what
+        the field can hold at the read. None when some assignment of ``name`` is of another kind.
+        ``defer`` (a list; the facts, without a project): a field assigned a call is left to the
+        call's padded return (:meth:`~hpc_hangkit.lint.calls.Project.padded_return`), the call
+        appended."""
+        at = self._at
+        sites = []
+        top = self._top_lines()
+        start = 0
+        for (target, value, conds, part), line in zip(self._assigns, self._lines):
+            if name not in _names(target):
+                continue
+            if not isinstance(target, ast.Name) or part is not None or not isinstance(value, ast.Call):
+                return None
+            if at is None or line < at or any(a <= line <= b and a <= at <= b for a, b in self.loops):
+                sites.append((line, value))
+                if at is not None and line < at and id(value) in top:
+                    start = max(start, line)  # a top-level assignment replaces what came before
+        sites = [(line, v) for line, v in sites if line >= start]
+        if not sites:
+            return None
+        lv = 0
+        saved = self._at
+        try:
+            for line, value in sites:
+                kw = next((k.value for k in value.keywords if k.arg == attr), None)
+                d = dotted(value.func)
+                if kw is not None and d and d[-1][:1].isupper():
+                    self._at = line or None
+                    got = self.trip_level(kw)
+                elif self.project is not None:
+                    callee = self.project.callee(self.mod, self.cls, "<module>", value)
+                    got = self.project.field_trip(callee, attr) if callee is not None else None
+                else:
+                    got = None
+                if got is None:
+                    return None
+                lv = max(lv, got)
+            nodes = self.mod.local.get(id(self.fn))
+            for n in (nodes if nodes is not None else walk_local(self.fn)):
+                if isinstance(n, ast.Assign) and any(
+                        isinstance(t, ast.Attribute) and t.attr == attr and isinstance(t.value, ast.Name)
+                        and t.value.id == name for t in n.targets) and n.lineno > start and \
+                        (saved is None or n.lineno < saved or any(a <= n.lineno <= b and a <= saved <= b
+                                                                  for a, b in self.loops)):
+                    if defer is not None and isinstance(n.value, ast.Call):
+                        defer.append(n.value)
+                        continue
+                    self._at = n.lineno
+                    lv = max(lv, self.trip_level(n.value))
+        finally:
+            self._at = saved
+        return lv
+
+    def _top_lines(self):
+        """ids of the values of the function's top-level plain assignments (not under a branch
+        or loop: each replaces what its name held)."""
+        body = getattr(self.fn, "body", None)
+        return {id(st.value) for st in body if isinstance(st, ast.Assign)} if isinstance(body, list) else set()
+
     def trip_level(self, e):
         """Level of a loop's trip count over iterable ``e``: a literal list or tuple has a fixed
         length whatever its values; ``range``/``enumerate``/``zip``/``reversed``/``sorted``/
@@ -653,7 +740,18 @@ class Taint:
         if self._trips_due:
             self._trips()
         if isinstance(e, ast.Name) and e.id in self.assigned and e.id not in self.agreed:
+            if self._at is not None:
+                if self._pads is None:
+                    self._pads = _padded_lists(self.fn, self.mod)
+                pad = self._pads.get(e.id)
+                if pad is not None and pad[0] < self._at:
+                    return self.level_at(pad[1], pad[0]) if pad[1] is not None else 0
             return self.trip_env.get(e.id, 0)
+        if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id in self.assigned and \
+                e.value.id not in self._fn_params:
+            lv = self._field_trip(e.value.id, e.attr)
+            if lv is not None:
+                return lv
         if isinstance(e, (ast.List, ast.Tuple)):
             return max([self.level(x.value) for x in e.elts if isinstance(x, ast.Starred)] or [0])
         if isinstance(e, ast.Dict):
@@ -679,6 +777,10 @@ class Taint:
                 callee = self.project.callee(self.mod, self.cls, "<module>", e)
                 if callee is not None and callee.equal_count:
                     return 0  # a helper that returns a prepared loader
+                if callee is not None:
+                    got = self.project.padded_return(callee)
+                    if got is not None:
+                        return got
         return self.level(e)
 
 _WORLD_NAMES = {"world_size", "num_processes", "num_replicas", "WORLD_SIZE", "nprocs", "n_procs", "num_nodes"}
@@ -851,6 +953,223 @@ def _length_probe(st, handler):
         v = v.elt  # a list of lengths: `[len(d) for d in datasets]`
     return isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id == "len" and \
         len(v.args) == 1 and not v.keywords
+
+
+def _first_and_last(values):
+    """True when conjunction ``values`` holds a call named for the first member of a group and
+    the same call named for its last (``is_pipeline_first_stage() and is_pipeline_last_stage()``,
+    ``is_first_rank(g) and is_last_rank(g)``, the same arguments): a rank is both only when its
+    group has one member, so the conjunction asks the group's size, not which rank this is."""
+    firsts, lasts = set(), set()
+    for v in values:
+        if not isinstance(v, ast.Call):
+            continue
+        d = dotted(v.func)
+        if not d or not any(w in ("first", "last") for w in d[-1].split("_")):
+            continue
+        args = ast.dump(ast.Tuple(elts=list(v.args) + [k.value for k in v.keywords], ctx=ast.Load())) + \
+            repr([k.arg for k in v.keywords])
+        words = d[-1].split("_")
+        for w, into in (("first", firsts), ("last", lasts)):
+            if w in words:
+                into.add((tuple(d[:-1]), "_".join("*" if x == w else x for x in words), args))
+    return bool(firsts & lasts)
+
+
+_MUTATORS = {"append", "extend", "insert", "pop", "remove", "clear"}
+
+
+def _padding(st):
+    """``(name, m)`` for a statement that pads list ``name`` to ``m`` items: ``xs += [c] * (m -
+    len(xs))`` or ``xs.extend([c] * (m - len(xs)))`` (either operand order); else None."""
+    if isinstance(st, ast.AugAssign) and isinstance(st.op, ast.Add) and isinstance(st.target, ast.Name):
+        name, v = st.target.id, st.value
+    elif isinstance(st, ast.Expr) and isinstance(st.value, ast.Call) and isinstance(st.value.func, ast.Attribute) \
+            and st.value.func.attr == "extend" and isinstance(st.value.func.value, ast.Name) and \
+            len(st.value.args) == 1:
+        name, v = st.value.func.value.id, st.value.args[0]
+    else:
+        return None
+    if not (isinstance(v, ast.BinOp) and isinstance(v.op, ast.Mult)):
+        return None
+    lst, gap = (v.left, v.right) if isinstance(v.left, ast.List) else (v.right, v.left)
+    if not (isinstance(lst, ast.List) and len(lst.elts) == 1 and isinstance(gap, ast.BinOp) and
+            isinstance(gap.op, ast.Sub) and _is_len_of(gap.right, name)):
+        return None
+    return name, gap.left
+
+
+def _is_len_of(e, name):
+    return isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "len" and \
+        len(e.args) == 1 and isinstance(e.args[0], ast.Name) and e.args[0].id == name
+
+
+def _mentions_len_of(e, name):
+    return any(_is_len_of(x, name) for x in ast.walk(e))
+
+
+def _changes(nodes, name):
+    """True when one of ``nodes`` rebinds or resizes list ``name``."""
+    for n in nodes:
+        if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor, ast.Delete)):
+            targets = n.targets if isinstance(n, (ast.Assign, ast.Delete)) else [n.target]
+            for t in targets:
+                base = t.value if isinstance(t, ast.Subscript) else t
+                if isinstance(base, ast.Name) and base.id == name or name in _names(t):
+                    return True
+        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in _MUTATORS and \
+                isinstance(n.func.value, ast.Name) and n.func.value.id == name:
+            return True
+    return False
+
+
+def _padded_lists(fn, mod):
+    """``{name: (line, m or None)}`` for each local list the function pads to a count at its top
+    level (:func:`_padding`, not under a branch or loop) and never changes after: its length from
+    the end of that ``line`` on is the count ``m`` on every rank where the padding cannot fall
+    short, that is when
+
+    - ``m`` is a count agreed through a collective that sums or takes the maximum of the list's
+      own length on every rank (:func:`_max_of_len`; the value is None: agreed), or
+    - the list was cut to ``m`` just before (``xs = ys[:m]``: the value is ``m``, whose level
+      the length takes).
+
+    Padding to a count that is not agreed (a local maximum, a minimum over ranks) decides
+    nothing: that list keeps its trip count."""
+    body = getattr(fn, "body", None)
+    if not isinstance(body, list):
+        return {}
+    out = {}
+    for i, st in enumerate(body):
+        got = _padding(st)
+        if got is None:
+            continue
+        name, m = got
+        if _changes([x for later in body[i + 1:] for x in ast.walk(later)], name):
+            continue
+        prev = None
+        for before in body[:i]:
+            if _changes(ast.walk(before), name):
+                prev = before
+        cut = prev is not None and isinstance(prev, ast.Assign) and len(prev.targets) == 1 and \
+            isinstance(prev.targets[0], ast.Name) and isinstance(prev.value, ast.Subscript) and \
+            isinstance(prev.value.slice, ast.Slice) and prev.value.slice.lower is None and \
+            prev.value.slice.step is None and prev.value.slice.upper is not None and \
+            ast.dump(prev.value.slice.upper) == ast.dump(m)
+        if cut:
+            out[name] = (getattr(st, "end_lineno", st.lineno), m)
+        elif _max_of_len(fn, mod, m, name):
+            out[name] = (getattr(st, "end_lineno", st.lineno), None)
+    return out
+
+
+def _growing_op(call, pos):
+    """True when collective ``call`` reduces with SUM (the default) or MAX (``op=`` or its
+    positional argument ``pos``): the result is at least every rank's own count."""
+    op = next((k.value for k in call.keywords if k.arg == "op"), None)
+    if op is None and len(call.args) > pos:
+        op = call.args[pos]
+    if op is None:
+        return True
+    if isinstance(op, ast.Constant):
+        return str(op.value).lower() in ("max", "sum")
+    d = dotted(op)
+    return bool(d) and d[-1].upper() in ("MAX", "SUM")
+
+
+def _reductions(nodes, mod):
+    """``(tensors, values)``: the locals handed to a torch-style ``all_reduce(t, op=MAX/SUM)``
+    (``{t}``) and the value-returning ``allreduce(x, op=MAX/SUM)`` calls (mpi4py) among ``nodes``."""
+    tensors, values = set(), []
+    for n in nodes:
+        if isinstance(n, ast.Call):
+            kind, name = call_kind(mod, n)
+            if kind != "collective" or not n.args:
+                continue
+            if name == "all_reduce" and isinstance(n.args[0], ast.Name) and _growing_op(n, 1):
+                tensors.add(n.args[0].id)
+            elif name == "allreduce" and _growing_op(n, 1):
+                values.append(n)
+    return tensors, values
+
+
+def _reduced_from(nodes, mod, ok):
+    """The locals among ``nodes`` that hold a SUM/MAX reduction over ranks of a value ``ok``
+    accepts (a tensor built from it and all-reduced, or an ``allreduce`` of it), and the
+    value-returning reductions of such a value."""
+    tensors, values = _reductions(nodes, mod)
+    held = set()
+    for n in nodes:
+        if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) and \
+                n.targets[0].id in tensors and ok(n.value):
+            held.add(n.targets[0].id)
+    # a tensor also assigned from something else is not held
+    for n in nodes:
+        if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id in held for t in n.targets) and \
+                not ok(n.value):
+            held -= {t.id for t in n.targets if isinstance(t, ast.Name)}
+    return held, [v for v in values if ok(v.args[0])]
+
+
+def _reads_only(e, names, calls=()):
+    """True when expression ``e`` reads no local but ``names`` (``t.item()``, ``int(t[0])``) or is
+    one of ``calls``."""
+    if any(e is c for c in calls):
+        return True
+    if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id in ("int", "max") and \
+            len(e.args) == 1:
+        return _reads_only(e.args[0], names, calls)
+    used = {x.id for x in ast.walk(e) if isinstance(x, ast.Name) and isinstance(x.ctx, ast.Load)}
+    return bool(used) and used <= names and not any(isinstance(x, ast.Call) and not (
+        isinstance(x.func, ast.Attribute) and x.func.attr in ("item", "tolist")) for x in ast.walk(e))
+
+
+def _max_of_len(fn, mod, m, name):
+    """True when ``m`` is a local every assignment of which holds a SUM/MAX reduction over ranks
+    of ``len(name)``: in this function (``t = torch.tensor([len(xs)])``, ``all_reduce(t,
+    op=MAX)``, ``m = t.item()``; ``m = comm.allreduce(len(xs), op=MPI.MAX)``) or through a
+    function of the module, nested or not, that returns such a reduction of its parameter
+    (``m = get_world_max(len(xs))``)."""
+    if not isinstance(m, ast.Name):
+        return False
+    nodes = list(walk_local(fn))
+    held, values = _reduced_from(nodes, mod, lambda v: _mentions_len_of(v, name))
+    sites = [n for n in nodes if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.NamedExpr))
+             and m.id in {x for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) for x in _names(t)}]
+    if not sites:
+        return False
+    for n in sites:
+        if not (isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)):
+            return False
+        v = n.value
+        if _reads_only(v, held, values):
+            continue
+        if isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and _max_reducer(fn, mod, v, name):
+            continue
+        return False
+    return True
+
+
+def _max_reducer(fn, mod, call, name):
+    """True when ``call`` hands ``len(name)`` to a function of the module (nested in ``fn`` or at
+    the module's top level) that returns a SUM/MAX reduction over ranks of that parameter."""
+    target = call.func.id
+    defs = [x for x in ast.walk(fn) if isinstance(x, (ast.FunctionDef, ast.AsyncFunctionDef)) and x.name == target]
+    if not defs:
+        defs = [x for x in getattr(mod.tree, "body", ()) if isinstance(x, (ast.FunctionDef, ast.AsyncFunctionDef))
+                and x.name == target]
+    if len(defs) != 1:
+        return False
+    g = defs[0]
+    params = _params(g)
+    handed = [p for p, a in zip(params, call.args) if _mentions_len_of(a, name)]
+    if len(handed) != 1 or len(call.args) != 1 and call.keywords:
+        return False
+    p = handed[0]
+    nodes = list(walk_local(g))
+    held, values = _reduced_from(nodes, mod, lambda v: p in {x.id for x in ast.walk(v) if isinstance(x, ast.Name)})
+    rets = [n for n in nodes if isinstance(n, ast.Return)]
+    return bool(rets) and all(r.value is not None and _reads_only(r.value, held, values) for r in rets)
 
 
 def _uniform_handler(st, handler):

@@ -471,6 +471,185 @@ def save(flag):
     if verify(flag, dist.get_rank()):  # BRANCH
         dist.barrier()  # HERE
 """),
+    "list_padded_to_a_local_maximum": ("HK105", """
+from types import SimpleNamespace
+import torch
+import torch.distributed as dist
+
+def get_world_min(n):
+    t = torch.tensor([n])
+    dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    return t.item()
+
+def blocks_by_rank(all_blocks):
+    rank = dist.get_rank()
+    mine = all_blocks[rank::dist.get_world_size()]
+    n = max(len(mine), 4)
+    mine += [None] * (n - len(mine))
+    return SimpleNamespace(existing=mine)
+
+def build(all_blocks):
+    blocks = blocks_by_rank(all_blocks)
+    for block in blocks.existing:  # BRANCH
+        dist.barrier()  # HERE
+"""),
+    "list_padded_to_a_count_agreed_with_min": ("HK105", """
+from types import SimpleNamespace
+import torch
+import torch.distributed as dist
+
+def get_world_min(n):
+    t = torch.tensor([n])
+    dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    return t.item()
+
+def blocks_by_rank(all_blocks):
+    rank = dist.get_rank()
+    mine = all_blocks[rank::dist.get_world_size()]
+    n = get_world_min(len(mine))
+    mine += [None] * (n - len(mine))
+    return SimpleNamespace(existing=mine)
+
+def build(all_blocks):
+    blocks = blocks_by_rank(all_blocks)
+    for block in blocks.existing:  # BRANCH
+        dist.barrier()  # HERE
+"""),
+    "list_padded_to_a_constant_without_a_collective": ("HK105", """
+from types import SimpleNamespace
+import torch
+import torch.distributed as dist
+
+def get_world_min(n):
+    t = torch.tensor([n])
+    dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    return t.item()
+
+def blocks_by_rank(all_blocks):
+    rank = dist.get_rank()
+    mine = all_blocks[rank::dist.get_world_size()]
+    mine += [None] * (8 - len(mine))
+    return SimpleNamespace(existing=mine)
+
+def build(all_blocks):
+    blocks = blocks_by_rank(all_blocks)
+    for block in blocks.existing:  # BRANCH
+        dist.barrier()  # HERE
+"""),
+    "list_padded_to_an_all_reduced_maximum_then_grown": ("HK105", """
+from types import SimpleNamespace
+import torch
+import torch.distributed as dist
+
+def get_world_min(n):
+    t = torch.tensor([n])
+    dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    return t.item()
+
+def blocks_by_rank(all_blocks):
+    rank = dist.get_rank()
+    mine = all_blocks[rank::dist.get_world_size()]
+    t = torch.tensor([len(mine)])
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    n = t.item()
+    mine += [None] * (n - len(mine))
+    if rank == 0:
+        mine.append(None)
+    return SimpleNamespace(existing=mine)
+
+def build(all_blocks):
+    blocks = blocks_by_rank(all_blocks)
+    for block in blocks.existing:  # BRANCH
+        dist.barrier()  # HERE
+"""),
+    "list_padded_under_a_branch": ("HK105", """
+from types import SimpleNamespace
+import torch
+import torch.distributed as dist
+
+def get_world_min(n):
+    t = torch.tensor([n])
+    dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    return t.item()
+
+def blocks_by_rank(all_blocks):
+    rank = dist.get_rank()
+    mine = all_blocks[rank::dist.get_world_size()]
+    t = torch.tensor([len(mine)])
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    if all_blocks:
+        mine += [None] * (t.item() - len(mine))
+    return SimpleNamespace(existing=mine)
+
+def build(all_blocks):
+    blocks = blocks_by_rank(all_blocks)
+    for block in blocks.existing:  # BRANCH
+        dist.barrier()  # HERE
+"""),
+    "emptiness_of_a_rank_share_that_is_not_padded": ("HK102", """
+import torch.distributed as dist
+
+def build(all_blocks):
+    mine = all_blocks[dist.get_rank()::dist.get_world_size()]
+    if not mine:  # BRANCH
+        return
+    dist.barrier()  # HERE
+"""),
+    "sample_cut_to_a_count_of_the_rank_share": ("HK105", """
+import numpy as np
+import torch.distributed as dist
+
+def sample_blocks(blocks, sample):
+    n = int(np.ceil(sample * len(blocks)))
+    out = [b for b in blocks if b is not None]
+    out = out[:n]
+    out += [None] * (n - len(out))
+    return out
+
+def build(all_blocks):
+    mine = all_blocks[dist.get_rank()::dist.get_world_size()]
+    for block in sample_blocks(mine, 0.5):  # BRANCH
+        dist.barrier()  # HERE
+"""),
+    "first_or_last_stage_is_a_stage_test": ("HK101", """
+import torch.distributed as dist
+
+def is_pipeline_first_stage():
+    return dist.get_rank() == 0
+
+def is_pipeline_last_stage():
+    return dist.get_rank() == dist.get_world_size() - 1
+
+def step(t):
+    if is_pipeline_first_stage() or is_pipeline_last_stage():  # BRANCH
+        dist.broadcast(t, 0)  # HERE
+"""),
+    "first_stage_and_not_last_stage_is_a_stage_test": ("HK101", """
+import torch.distributed as dist
+
+def is_pipeline_first_stage():
+    return dist.get_rank() == 0
+
+def is_pipeline_last_stage():
+    return dist.get_rank() == dist.get_world_size() - 1
+
+def step(t):
+    if is_pipeline_first_stage() and not is_pipeline_last_stage():  # BRANCH
+        dist.broadcast(t, 0)  # HERE
+"""),
+    "first_and_last_of_different_groups": ("HK101", """
+import torch.distributed as dist
+
+def is_pipeline_first_stage():
+    return dist.get_rank() == 0
+
+def is_tensor_last_rank():
+    return dist.get_rank() == dist.get_world_size() - 1
+
+def step(t):
+    if is_pipeline_first_stage() and is_tensor_last_rank():  # BRANCH
+        dist.broadcast(t, 0)  # HERE
+"""),
 }
 
 SILENT = {
@@ -855,3 +1034,18 @@ def test_rank_named_parameter_of_a_private_helper(tmp_path, caller, helper, flag
     call = caller.replace("_add_peer", helper).replace("add_peer", helper) if helper != "_add_peer" else caller
     found = lint_tree(tmp_path, {"prog.py": _EDGE % (call, helper)})
     assert found == ([("prog.py", "HK104", 6, 6)] if flagged else []), found
+
+
+def test_a_namespace_package_imported_by_its_full_name_resolves(tmp_path):
+    # `megatron/` has no __init__.py: its modules are named from `core` on, and the code imports
+    # them by the full dotted name (five components and more)
+    files = {"nspkg/core/__init__.py": "", "nspkg/core/data/__init__.py": "",
+             "nspkg/core/data/retro/__init__.py": "", "nspkg/core/data/retro/db/__init__.py": "",
+             "nspkg/core/data/retro/utils.py": "import torch.distributed as dist\n\n"
+                                               "def sync_blocks():\n    dist.barrier()\n",
+             "nspkg/core/data/retro/db/build.py": (
+                 "import torch.distributed as dist\n"
+                 "from nspkg.core.data.retro.utils import sync_blocks\n\n"
+                 "def build():\n    if dist.get_rank() == 0:\n        sync_blocks()\n")}
+    found = lint_tree(tmp_path, files)
+    assert ("nspkg/core/data/retro/db/build.py", "HK101", 6, 5) in found, found
