@@ -274,6 +274,11 @@ class Project:
                                 used.add(ref)
                     if used:
                         ff.attr_params.setdefault((ff.cls, key), set()).update(used)
+        if agreed and params & agreed:
+            # a wrapper that hands a parameter as it is to an agreeing collective (`def
+            # all_reduce(tensor, op): dist.all_reduce(tensor, op=...)`) agrees its caller's argument
+            kept = agreed & params - _assigned(local if local is not None else walk_local(node))
+            ff.agrees = tuple(i for i, p in enumerate(ff.params) if p in kept)
         name = ff.qualname.rsplit(".", 1)[-1]
         ranked = [p for p in ff.params if p in C.RANK_NAMES] if name.startswith("_") and \
             not name.startswith("__") and handing else ()

@@ -58,7 +58,7 @@ class FuncFacts:
                  "arg_calls", "attr_params", "raises", "var_types", "ret_elems", "ret_params", "defaults",
                  "directs", "cond_ranges", "tested", "general", "ret_agreed", "ret_uniform", "agreed_attrs",
                  "ret_elem_trips", "equal_count", "elem_args", "called", "p2p", "free_calls",
-                 "uniform_params", "passes", "open_params", "ret_pad", "ret_fields")
+                 "uniform_params", "passes", "open_params", "ret_pad", "ret_fields", "agrees")
 
     def __init__(self, module, qualname, cls, line, node, path=None):
         self.module = module
@@ -150,6 +150,9 @@ class FuncFacts:
         #: every return hands back a record (``SimpleNamespace(existing=xs, ...)``): ``{field:
         #: (trip level, [refs of the calls whose padded return it also holds])}``; else None
         self.ret_fields = None
+        #: indices of the parameters it hands, as they are, to an agreeing collective
+        #: (``dist.all_reduce(tensor)`` in a wrapper): the caller's argument there is agreed
+        self.agrees = ()
 
 
 def _params(node):

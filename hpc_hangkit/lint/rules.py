@@ -131,6 +131,8 @@ class _Exit:
 
 
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+#: exits that still run the ``finally:`` block of the ``try`` they leave
+_FINALLY_RUNS = ("raise", "return", "continue", "break")
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 
 
@@ -483,6 +485,7 @@ class _Walker:
             self.exits = [e for e in self.exits if e.loop is not st]
             self.block(st.orelse, guards, loops)
         elif isinstance(st, ast.Try) or type(st).__name__ == "TryStar":
+            before_try = list(self.exits)
             self.block(st.body, guards, loops)
             for h in st.handlers:
                 before = list(self.exits)
@@ -497,7 +500,13 @@ class _Walker:
                     loop = loops[-1] if kind in ("continue", "break") and loops else None
                     self.exits.append(_Exit(h.lineno, 1, kind, loop, False))
             self.block(st.orelse, guards, loops)
-            self.block(st.finalbody, guards, loops)
+            if st.finalbody:
+                # a rank that raises or returns in the try runs the finally block too: those exits
+                # skip only what comes after the try statement
+                left = [e for e in self.exits if e not in before_try and e.kind in _FINALLY_RUNS]
+                self.exits = [e for e in self.exits if e not in left]
+                self.block(st.finalbody, guards, loops)
+                self.exits += [e for e in left if e not in self.exits]
         elif isinstance(st, (ast.With, ast.AsyncWith)):
             self.block(st.body, guards, loops)
         elif type(st).__name__ == "Match":

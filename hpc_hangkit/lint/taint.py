@@ -334,6 +334,16 @@ class Taint:
 
     def _agree_args(self, call):
         kind, name = self.call_kind(call)
+        if kind is None and self.project is not None and call.args:
+            # a tree wrapper that hands that parameter to an agreeing collective
+            callee = self.project.callee(self.mod, self.cls, "<module>", call)
+            if callee is not None and callee.agrees:
+                bound = 1 if callee.cls and callee.params and callee.params[0] in ("self", "cls") else 0
+                for i in callee.agrees:
+                    a = call.args[i - bound] if 0 <= i - bound < len(call.args) else None
+                    if isinstance(a, ast.Name):
+                        self.agreed.add(a.id)
+            return
         if kind != "collective":
             return
         idx = 0 if name in _AGREEING_ARG0 else 1 if name in _AGREEING_ARG1 else None

@@ -595,6 +595,70 @@ def build(all_blocks):
         return
     dist.barrier()  # HERE
 """),
+    "collective_after_a_try_whose_finally_the_raising_rank_runs": ("HK103", """
+import torch.distributed as dist
+
+def download(path, fetch):
+    try:
+        if dist.get_rank() == 0:  # BRANCH
+            if not fetch(path):
+                raise RuntimeError(path)
+    finally:
+        print("done")
+    dist.barrier()  # HERE
+"""),
+    "collective_after_a_try_finally_left_by_a_return": ("HK102", """
+import torch.distributed as dist
+
+def download(path, fetch):
+    try:
+        if dist.get_rank() != 0:  # BRANCH
+            return None
+        fetch(path)
+    finally:
+        dist.barrier()
+    dist.barrier()  # HERE
+"""),
+    "flag_handed_to_a_wrapper_that_reduces_a_copy": ("HK202", """
+import torch
+import torch.distributed as dist
+
+def all_reduce(tensor, reduce_operation="SUM"):
+    tensor = tensor.clone()
+    dist.all_reduce(tensor)
+    return tensor
+
+def iterate_uneven(it):
+    done = torch.zeros(1)
+    while True:
+        try:
+            batch = next(it)
+        except StopIteration:
+            done += 1
+        all_reduce(done, reduce_operation="MAX")  # HERE
+        if done.item() == 1:  # BRANCH
+            break
+        yield batch
+"""),
+    "flag_handed_to_a_wrapper_in_the_place_it_does_not_reduce": ("HK202", """
+import torch
+import torch.distributed as dist
+
+def all_reduce(other, tensor):
+    dist.all_reduce(other)
+
+def iterate_uneven(it, other):
+    done = torch.zeros(1)
+    while True:
+        try:
+            batch = next(it)
+        except StopIteration:
+            done += 1
+        all_reduce(other, done)  # HERE
+        if done.item() == 1:  # BRANCH
+            break
+        yield batch
+"""),
     "sample_cut_to_a_count_of_the_rank_share": ("HK105", """
 import numpy as np
 import torch.distributed as dist
