@@ -24,19 +24,17 @@ def slurm_monitor_cmd(step):
     sys.exit(monitor_main(step=step))
 
 
-@click.command("slurm-probe", hidden=True)
-@click.option("--scratch", required=True, help="the job attempt's node scratch")
-@click.option("--sample-signal", default=None, help="first ask quiet ranks for a watchdog dump with this signal")
-@click.option("--quiet-s", type=float, default=1.0, help="seconds without a check-in that make a rank quiet")
-@click.option("--answer", type=click.Choice(["raw", "summary"]), default="raw",
-              help="raw: the rank files' tails; summary: the node summary and per-rank facts")
-@click.option("--samples", type=click.IntRange(1, 1000), default=5, help="K of the node summary's modal position")
-def slurm_probe_cmd(scratch, sample_signal, quiet_s, answer, samples):
+@click.command("slurm-probe", hidden=True, add_help_option=False,
+               context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.argument("argv", nargs=-1, type=click.UNPROCESSED)
+def slurm_probe_cmd(argv):
     """Internal (srun --overlap on each node): print this node's answer (framed lines,
-    hpc_hangkit.slurm.probe.probe_main)."""
-    from hpc_hangkit.slurm.probe import probe_main
+    hpc_hangkit.slurm.probe.probe_main). Its options are parsed by
+    hpc_hangkit.slurm.probe.probe_cli, which ``python -m hpc_hangkit slurm-probe`` reaches
+    without this CLI."""
+    from hpc_hangkit.slurm.probe import probe_cli
 
-    sys.exit(probe_main(scratch, sample_signal=sample_signal, quiet_s=quiet_s, answer=answer, samples=samples))
+    sys.exit(probe_cli(list(argv)))
 
 
 @click.command("slurm-capture", hidden=True)

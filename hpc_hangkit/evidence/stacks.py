@@ -282,7 +282,9 @@ class StackSource:
         self._absorbed_change = False  # absorb_remote took changed files since the last poll
         self._absorbed_age: Optional[float] = None  # how old they were (s), the youngest
         self._ended: set = set()        # ranks with an exit or vanished record, as last seen
-        self._dated: Dict[int, float] = {}  # rank -> when its node saw this poll's change of it
+        #: ``{rank: seen_at}``: the ranks whose change at the latest poll only another node's
+        #: answer showed, with when that node took it (this monitor's clock)
+        self.dated: Dict[int, float] = {}
 
     def _is_local(self, path: str) -> bool:
         from hpc_hangkit.parse.faulthandler import parse_header
@@ -486,14 +488,14 @@ class StackSource:
         has none."""
         seen = getattr(fact, "seen_at", None)
         if seen is not None:
-            self._dated[fact.rank] = max(seen, self._dated.get(fact.rank, seen))
+            self.dated[fact.rank] = max(seen, self.dated.get(fact.rank, seen))
 
     def _change_at(self, now: float, progressed: Dict[int, str]) -> float:
         """When the changes of this poll were seen: ``now``, or, when every rank that moved
         is known only by its node's answer, the latest time those nodes took them (a change
         they report happened by then; the answer may arrive seconds later)."""
-        if progressed and all(r in self._dated for r in progressed):
-            return min(now, max(self._dated[r] for r in progressed))
+        if progressed and all(r in self.dated for r in progressed):
+            return min(now, max(self.dated[r] for r in progressed))
         return now
 
     def liveness(self, hb) -> Liveness:
@@ -560,7 +562,7 @@ class StackSource:
         last poll that saw a change, on a stalled answer; else None), with :data:`TOGETHER_KEY`
         beside it when ``together_after_s`` is set, or ``{}`` before any dump."""
         progressed: Dict[int, str] = {}
-        self._dated = {}
+        self.dated = {}
         hbs = self._scan_heartbeats(progressed)
         by_heartbeat = set(progressed)
         ranks = sorted(set(self._scan_logs(progressed)) | self._scan_remote_stacks(progressed))

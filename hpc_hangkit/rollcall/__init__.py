@@ -47,18 +47,33 @@ Verdicts: MISSED, SPLIT, TOGETHER, GONE, SLOW, NO_HANG, INCONCLUSIVE (see
 docs/report.md); a Flight Recorder or RAS section may turn TOGETHER or
 INCONCLUSIVE into its own verdict (e.g. SAME_LINE_DIFFERENT_ARGS).
 """
-from hpc_hangkit.rollcall.facts import SUMMARY_VERSION, Checkin, RankFacts, rank_facts
-from hpc_hangkit.rollcall.frames import collective_of, is_library_frame, is_startup, main_thread, user_frame
-from hpc_hangkit.rollcall.nodes import merge, positions, summarize_dir, summarize_node
-from hpc_hangkit.rollcall.pipeline import NoDumps, report_from_dir, report_from_summary_and_dir
-from hpc_hangkit.rollcall.read import read_dir, rank_from_name
-from hpc_hangkit.rollcall.sections import add_sections, adopt_sections
-from hpc_hangkit.rollcall.verdict import ROLES, VERDICTS, Group, Report, Verdict, build_report, short_error
+import importlib
 
-__all__ = [
-    "VERDICTS", "ROLES", "SUMMARY_VERSION", "Group", "Report", "Verdict", "RankFacts", "Checkin", "main_thread",
-    "is_startup", "is_library_frame", "user_frame", "collective_of", "rank_facts", "positions",
-    "summarize_node", "summarize_dir", "merge", "build_report", "NoDumps", "report_from_dir",
-    "report_from_summary_and_dir", "add_sections", "read_dir", "rank_from_name", "short_error",
-    "adopt_sections",
-]
+#: public name -> the module of this package that defines it; imported on first use, so that a
+#: process needing one stage (a node's probe summarising its ranks) does not load them all
+_WHERE = {
+    "SUMMARY_VERSION": "facts", "Checkin": "facts", "RankFacts": "facts", "rank_facts": "facts",
+    "collective_of": "frames", "is_library_frame": "frames", "is_startup": "frames",
+    "main_thread": "frames", "user_frame": "frames",
+    "merge": "nodes", "positions": "nodes", "summarize_dir": "nodes", "summarize_node": "nodes",
+    "NoDumps": "pipeline", "report_from_dir": "pipeline", "report_from_summary_and_dir": "pipeline",
+    "read_dir": "read", "rank_from_name": "read",
+    "add_sections": "sections", "adopt_sections": "sections",
+    "ROLES": "verdict", "VERDICTS": "verdict", "Group": "verdict", "Report": "verdict",
+    "Verdict": "verdict", "build_report": "verdict", "short_error": "verdict",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name):
+    mod = _WHERE.get(name)
+    if mod is None:
+        raise AttributeError("module %r has no attribute %r" % (__name__, name))
+    value = getattr(importlib.import_module("hpc_hangkit.rollcall." + mod), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_WHERE))

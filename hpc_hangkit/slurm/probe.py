@@ -227,6 +227,34 @@ def probe_main(scratch: str, out=None, sample_signal: Optional[str] = None, quie
     return 0
 
 
+def probe_cli(argv: List[str]) -> int:
+    """``hpc-hangkit slurm-probe [--scratch DIR] [--sample-signal SIG] [--quiet-s S] [--answer
+    raw|summary] [--samples K]``: the options of :func:`probe_main`, parsed here with argparse
+    (``python -m hpc_hangkit slurm-probe`` reaches this without loading the CLI: the probe runs
+    on every node at every poll, and its interpreter start is most of its cost). Returns
+    probe_main's status; exits 2 (argparse) on a bad option."""
+    import argparse
+
+    def samples_k(text):
+        k = int(text)
+        if not 1 <= k <= 1000:
+            raise argparse.ArgumentTypeError("%d is not in the range 1<=x<=1000" % k)
+        return k
+
+    ap = argparse.ArgumentParser(prog="hpc-hangkit slurm-probe",
+                                 description="Internal (srun --overlap on each node): print this node's "
+                                             "answer for the batch-step monitor (framed lines).")
+    ap.add_argument("--scratch", required=True, help="the job attempt's node scratch")
+    ap.add_argument("--sample-signal", default=None, help="first ask quiet ranks for a watchdog dump with this signal")
+    ap.add_argument("--quiet-s", type=float, default=1.0, help="seconds without a check-in that make a rank quiet")
+    ap.add_argument("--answer", choices=ANSWERS, default="raw",
+                    help="raw: the rank files' tails; summary: the node summary and per-rank facts")
+    ap.add_argument("--samples", type=samples_k, default=5, help="K of the node summary's modal position")
+    a = ap.parse_args(argv)
+    return probe_main(a.scratch, sample_signal=a.sample_signal, quiet_s=a.quiet_s, answer=a.answer,
+                      samples=a.samples)
+
+
 def doc_files(d: dict) -> Dict[str, dict]:
     """The rank files of one raw ``slurm-probe`` answer ``d``: ``{rel: {"size", "offset",
     "data"}}``; a heartbeat's entry also holds ``liveness`` (``[state, seen]``) when its node

@@ -421,11 +421,12 @@ class SlurmStackSource:
         self._take_probe()
         ans = self.inner.poll(now)
         got = ans.get(self.key)
-        # probe on suspicion: nothing moved in the view; with no rank data on this node
-        # at all (no armed rank here), only every idle_probe_interval_s
+        # probe on suspicion: nothing moved in the view, or only what the other nodes' answers
+        # just showed (the next look must tell whether they stopped too); with no rank data on
+        # this node at all (no armed rank here), only every idle_probe_interval_s
         interval = self.min_probe_interval_s if self._local_seen else max(
             self.min_probe_interval_s, self.idle_probe_interval_s)
-        quiet = got is None or got[0] or not got[1].progressed
+        quiet = got is None or got[0] or not set(got[1].progressed) - set(self.inner.dated)
         due = self._last_probe is None or now - self._last_probe >= interval
         if self.other_nodes and self.background is not None and quiet and due:
             if self.background.start(self.other_nodes):

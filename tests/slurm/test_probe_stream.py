@@ -330,3 +330,35 @@ def test_the_time_a_node_took_its_answer_is_kept_within_the_probe(tmp_path):
     assert src.taken_mono(now_wall - 3600, started, arrived) == started
     assert src.taken_mono(None, started, arrived) == arrived
     assert src.taken_mono("soon", started, arrived) == arrived
+
+
+def test_python_m_slurm_probe_answers_as_the_cli_without_loading_it(tmp_path):
+    """``python -m hpc_hangkit slurm-probe`` (how the monitor runs the probe on every node at
+    every poll) gives the CLI command's answer without importing click or the roll call's
+    report stages; a bad option still fails with a usage error."""
+    import subprocess
+    import sys
+
+    from click.testing import CliRunner
+
+    from hpc_hangkit.cli import cli
+
+    b = node_scratch(str(tmp_path / "b"), (2, 3))
+    argv = ["slurm-probe", "--scratch", b, "--answer", "summary", "--samples", "3"]
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(slurm_probe.__file__))))
+    p = subprocess.run([sys.executable, "-X", "importtime", "-m", "hpc_hangkit"] + argv, env=env,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+    assert p.returncode == 0, p.stderr.decode()[-2000:]
+    loaded = {ln.rsplit("|", 1)[-1].strip() for ln in p.stderr.decode().splitlines() if ln.startswith("import time:")}
+    assert "hpc_hangkit.rollcall.nodes" in loaded
+    assert not {"click", "hpc_hangkit.cli", "hpc_hangkit.rollcall.verdict", "hpc_hangkit.rollcall.pipeline"} & loaded
+    fast = parse_docs(p.stdout.decode())
+    res = CliRunner().invoke(cli, argv)
+    assert res.exit_code == 0, res.output
+    via_cli = parse_docs(res.output)
+    for d in fast + via_cli:
+        d["summary"].pop("taken_at")
+    assert fast == via_cli and fast[0]["answer"] == "summary"
+    bad = subprocess.run([sys.executable, "-m", "hpc_hangkit", "slurm-probe", "--scratch", b, "--samples", "0"],
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+    assert bad.returncode == 2 and b"--samples" in bad.stderr
