@@ -426,7 +426,7 @@ class _Walker:
         for call in _calls_in(_header_exprs(st)):
             self.call(call, guards, loops)
         if isinstance(st, ast.If):
-            lv = self.taint.test_level(st.test)
+            lv = self.taint.test_level_at(st.test, st.lineno)
             before = list(self.exits)
             same_exit = False
             if lv:

@@ -97,6 +97,9 @@ class Taint:
         #: name -> (line after which its length is decided, the count's level) for a list
         #: padded to an agreed count (:func:`_padded_lists`), built on the first trip count asked
         self._pads = None
+        #: (start line -> block path of the statement, name -> [(line, block path)] of its plain
+        #: assignments), built on the first read that asks (:func:`_dominance`)
+        self._dom = None
         #: the levels of the locals are final (trip counts can be asked)
         self._env_done = False
         self._run()
@@ -383,7 +386,7 @@ class Taint:
             if self._at is not None and e.id not in self.shared:
                 sites = self.sites.get(e.id)
                 if sites is not None:
-                    return self._reaching(sites)
+                    return self._reaching(sites, e.id)
             return self.env.get(e.id, 0)
         if isinstance(e, ast.Attribute):
             if e.attr in C.RANK_NAMES or C.RANK_ATTR_RE.match(e.attr):
@@ -489,15 +492,40 @@ class Taint:
             self._counted = _counted_containers(self.fn, self.agreed, self.mod.local.get(id(self.fn)))
         return tuple(d) in self._counted
 
-    def _reaching(self, sites):
+    def _reaching(self, sites, name=None):
         """The highest level of the assignments in ``sites`` ({line: level}) that can reach a
-        read at line ``self._at``: those before it, and those in a loop around both."""
+        read at line ``self._at``: those before it, and those in a loop around both; less those
+        that a plain assignment of ``name`` always replaces first (:meth:`_killed`)."""
         at = self._at
         lv = 0
         for line, l in sites.items():
-            if l > lv and (line < at or any(a <= line <= b and a <= at <= b for a, b in self.loops)):
+            if l > lv and (line < at or any(a <= line <= b and a <= at <= b for a, b in self.loops)) and \
+                    not (name is not None and self._killed(name, line, at)):
                 lv = l
         return lv
+
+    def _killed(self, name, line, at):
+        """True when a plain assignment of ``name`` (``x = ...``) runs on every path from the
+        assignment at ``line`` to a read by the statement that starts at line ``at``: it stands
+        earlier in a block that holds that statement (so it runs before every such read), after
+        ``line``, or, for an assignment later in a loop around both (the previous iteration's
+        value), inside that loop."""
+        if self._dom is None:
+            self._dom = _dominance(self.fn)
+        paths, killers = self._dom
+        read = paths.get(at)
+        if read is None:
+            return False
+        for k, kpath in killers.get(name, ()):
+            d = len(kpath) - 1
+            if k == line or k >= at or len(read) <= d or kpath[:-1] != read[:d] or \
+                    read[d][0] != kpath[-1][0] or kpath[-1][1] >= read[d][1]:
+                continue  # not earlier in a block that holds the read
+            if line < k:
+                return True
+            if line > at and any(a <= line <= b and a <= at <= b and a <= k for a, b in self.loops):
+                return True
+        return False
 
     def level_at(self, e, line):
         """:meth:`level` of ``e`` read at ``line``: a local's assignments later in the function
@@ -506,6 +534,15 @@ class Taint:
         self._at = line
         try:
             return self.level(e)
+        finally:
+            self._at = saved
+
+    def test_level_at(self, e, line):
+        """:meth:`test_level` of condition ``e`` read at ``line`` (:meth:`level_at`)."""
+        saved = self._at
+        self._at = line
+        try:
+            return self.test_level(e)
         finally:
             self._at = saved
 
@@ -984,6 +1021,41 @@ def _first_and_last(values):
             if w in words:
                 into.add((tuple(d[:-1]), "_".join("*" if x == w else x for x in words), args))
     return bool(firsts & lasts)
+
+
+def _dominance(fn):
+    """``(paths, killers)`` for function ``fn``: ``paths`` maps the first line of each statement
+    (the outermost one starting there) to its block path, a tuple of ``(id of the enclosing
+    statement list, index in it)`` from the body down; ``killers`` maps each name to the
+    ``(line, block path)`` of its plain assignments (``x = ...``, ``x: T = ...``, a tuple of
+    names), nested functions and classes left out."""
+    paths, killers = {}, {}
+    body = getattr(fn, "body", None)
+    if not isinstance(body, list):
+        return paths, killers
+    stack = [(body, ())]
+    while stack:
+        stmts, prefix = stack.pop()
+        for i, st in enumerate(stmts):
+            path = prefix + ((id(stmts), i),)
+            paths.setdefault(st.lineno, path)
+            if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                continue
+            if isinstance(st, ast.Assign) or (isinstance(st, ast.AnnAssign) and st.value is not None):
+                for t in (st.targets if isinstance(st, ast.Assign) else [st.target]):
+                    if isinstance(t, (ast.Name, ast.Tuple, ast.List)) and all(
+                            isinstance(x, ast.Name) for x in (t.elts if not isinstance(t, ast.Name) else [t])):
+                        for n in _names(t):
+                            killers.setdefault(n, []).append((st.lineno, path))
+            for f in ("body", "orelse", "finalbody"):
+                sub = getattr(st, f, None)
+                if isinstance(sub, list) and sub and isinstance(sub[0], ast.stmt):
+                    stack.append((sub, path))
+            for h in getattr(st, "handlers", None) or ():
+                stack.append((h.body, path))
+            for c in getattr(st, "cases", None) or ():
+                stack.append((c.body, path))
+    return paths, killers
 
 
 _MUTATORS = {"append", "extend", "insert", "pop", "remove", "clear"}

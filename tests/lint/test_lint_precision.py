@@ -659,6 +659,38 @@ def iterate_uneven(it, other):
             break
         yield batch
 """),
+    "flag_replaced_only_under_a_branch_before_the_test": ("HK203", """
+import torch
+import torch.distributed as dist
+
+def step(model, batch, agree):
+    failed = 0
+    try:
+        model(batch)
+    except RuntimeError:
+        failed = 1
+    if agree:
+        t = torch.tensor([failed])
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        failed = t.item()
+    if failed:  # BRANCH
+        raise RuntimeError("failed")
+    dist.barrier()  # HERE
+"""),
+    "flag_of_the_previous_iteration_reset_only_before_the_loop": ("HK203", """
+import torch.distributed as dist
+
+def steps(model, batches):
+    failed = 0
+    for batch in batches:
+        if failed:  # BRANCH
+            raise RuntimeError("failed")
+        dist.barrier()  # HERE
+        try:
+            model(batch)
+        except RuntimeError:
+            failed = 1
+"""),
     "sample_cut_to_a_count_of_the_rank_share": ("HK105", """
 import numpy as np
 import torch.distributed as dist
