@@ -362,3 +362,37 @@ def test_python_m_slurm_probe_answers_as_the_cli_without_loading_it(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "hpc_hangkit", "slurm-probe", "--scratch", b, "--samples", "0"],
                          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
     assert bad.returncode == 2 and b"--samples" in bad.stderr
+
+
+def test_sstat_runs_beside_the_polls_and_its_newest_answer_is_the_evidence(tmp_path):
+    """sstat asks every node of the job (seconds at 32 nodes): a stalled poll does not wait for
+    it, it takes the newest finished answer (its counters as the step evidence, and the rule
+    that a job with no user step running is not hung)."""
+    import threading
+
+    from hpc_hangkit.slurmjob import StepStat
+
+    gates, calls = [threading.Event(), threading.Event()], []
+
+    def stats():
+        calls.append(1)
+        n = len(calls)
+        assert gates[min(n, 2) - 1].wait(60)  # each call answers when the test lets it
+        batch = StepStat("7.batch", 1, 1.0, 0.0, 0.0)
+        return [batch] if n == 1 else [batch, StepStat("7.0", 4, 8.0, 0.0, 0.0)]
+
+    scratch = node_scratch(str(tmp_path / "a"), range(4))
+    src = slurm_sources.SlurmStackSource(scratch, slurm_probe.View(str(tmp_path / "view")), [], stats=stats)
+    assert src.poll(100.0)["stacks"][0] is False           # the first look: a baseline
+    stalled, det, _ = src.poll(101.0)["stacks"]
+    assert stalled and det.verdict == "SPLIT"
+    assert getattr(det, "steps", None) is None and calls == [1]  # sstat has not answered: no wait
+    gates[0].set()
+    src._stats_bg.wait(60)
+    # the first answer: only the batch step runs, so nothing is hung
+    assert src.poll(102.0)["stacks"][0] is False
+    gates[1].set()
+    src._stats_bg.wait(60)                                 # that poll started the next call
+    stalled, det, _ = src.poll(103.0)["stacks"]
+    assert stalled and det.steps["7.0"]["ntasks"] == 4 and det.steps["7.0"]["cpu_delta_s"] is None
+    assert len(calls) >= 2
