@@ -206,8 +206,10 @@ def pack(world: Optional[int], k: int, chains: Dict[str, dict], facts: Dict[int,
 
 
 def _pack_rows(world: Optional[int], k: int, chains: Dict[str, dict], rows: Dict[int, tuple],
-               unwatched: Dict[int, str], warns: Iterable[str], host: Optional[str] = None) -> dict:
-    """:func:`pack` of ``rows``: rank -> ``(chain id, state, summary entry)``."""
+               unwatched: Dict[int, str], warns: Iterable[str], host: Optional[str] = None,
+               all_chains: bool = False) -> dict:
+    """:func:`pack` of ``rows``: rank -> ``(chain id, state, summary entry)``; ``all_chains``
+    as in :func:`pack_positions`."""
     groups: Dict[tuple, List[int]] = {}
     slim: Dict[str, dict] = {}
     for r, (key, state, extra) in rows.items():
@@ -215,16 +217,17 @@ def _pack_rows(world: Optional[int], k: int, chains: Dict[str, dict], rows: Dict
         if extra:
             slim[str(r)] = extra
     positions = [(min(rs), key, state, format_ranks(rs)) for (key, state), rs in groups.items()]
-    return pack_positions(world, k, chains, positions, slim, unwatched, warns, host)
+    return pack_positions(world, k, chains, positions, slim, unwatched, warns, host, all_chains)
 
 
 def pack_positions(world: Optional[int], k: int, chains: Dict[str, dict], positions: List[tuple],
                    slim: Dict[str, dict], unwatched: Dict[int, str], warns: Iterable[str],
-                   host: Optional[str] = None) -> dict:
+                   host: Optional[str] = None, all_chains: bool = False) -> dict:
     """The summary dict of ``positions``: ``(first rank, chain id, state, rank set text)``
     per (chain, state), rank sets disjoint; ``slim``: ``"<rank>"`` -> non-empty facts entry.
-    Positions are written by first rank, and only the chains they use."""
-    used = {key for _, key, _, _ in positions if key is not None}
+    Positions are written by first rank, and only the chains they use (every chain of
+    ``chains`` with ``all_chains``: a merge's table, see :func:`merge`)."""
+    used = set(chains) if all_chains else {key for _, key, _, _ in positions if key is not None}
     positions = [{"chain": key, "state": state, "ranks": text}
                  for _, key, state, text in sorted(positions, key=lambda p: (p[0], str((p[1], p[2]))))]
     out = {"hangkit_summary": SUMMARY_VERSION, "k": k, "world": world,
@@ -285,7 +288,11 @@ def merge(*summaries: dict) -> dict:
     greatest in a fixed total order (exited > stuck > progressing > unknown,
     then more samples, then the canonical JSON) so the result does not depend on
     the order of merging. Chains are content-addressed (same id = same
-    position); warnings and unwatched markers are unions; world is the maximum.
+    position) and a union: every chain of every summary is kept, also one that no
+    rank sits at any more (a rank's record that lost still shaped it), each record
+    joined by :func:`~hpc_hangkit.rollcall.facts.merge_chain`, so that a merge of
+    merges equals the flat merge; the report reads only the chains ranks sit at.
+    Warnings and unwatched markers are unions; world is the maximum.
     Facts are written in rank order. Streamed (:class:`StreamMerge`): ranks stay runs
     per position, a record is made only for a rank that two summaries hold.
     Raises ``ValueError`` for a negative rank.
@@ -562,8 +569,11 @@ class StreamMerge:
             if e:
                 slim[str(r)] = e
         self._facts = {}
+        # every chain, also one no rank sits at any more (its rank's record lost to another
+        # summary's): dropping it here would drop what it adds to that chain's record in a
+        # later merge, and the table would depend on the grouping of the merges
         out = pack_positions(self.world, self.k if self.k is not None else 5, self.chains, positions, slim,
-                             self.unwatched, self.warnings)
+                             self.unwatched, self.warnings, all_chains=True)
         if self.hosts:
             out["hosts"] = sorted(self.hosts)
         return out

@@ -129,3 +129,37 @@ def test_merge_is_associative_commutative_and_idempotent(specs, again, k):
     a, b, c = parts[0], parts[-1], merge(*parts[1:-1])
     assert merge(a, merge(b, c)) == merge(merge(a, b), c) == merge(c, b, a) == merge(b, a, c)
     assert merge(a, a) == merge(a)
+
+
+def _rank2(sample, node):
+    """The node summary (k=1) of rank 2 alone with one sample of the pool, on host n<node>."""
+    none = {"samples": [], "extra_log": False, "tb": None, "hb": None, "mtime": None, "unwatched": False,
+            "node": node}
+    return _summ(_inputs([none, none, dict(none, samples=[sample])], None)[node], 1)
+
+
+def test_a_chain_no_rank_sits_at_any_more_still_shapes_it_in_a_later_merge():
+    """The chains table of a merge of merges equals the flat merge's. Rank 2 sits at the
+    barrier in ``a`` (a py-spy --native dump: native frames), at the all_reduce in ``b`` (a
+    faulthandler dump; the greater record, by host n1 > n0: it wins); rank 9 exited at the
+    barrier in ``c`` (a traceback: no native frames). merge(a, b) has no rank at the barrier
+    any more; it must still keep a's barrier record, or merge(merge(a, b), c) loses the
+    native frames that merge(a, merge(b, c)) and merge(a, b, c) keep."""
+    a, b = _rank2(54, 0), _rank2(1, 1)
+    c = _summ({"logs": [], "tbs": {9: TBS[1]}, "hbs": [], "unw": {}, "warn": []}, 1)
+    barrier = a["positions"][0]["chain"]
+    assert a["positions"] == [{"chain": barrier, "state": "stuck", "ranks": "2"}]
+    assert a["chains"][barrier]["native"]
+    assert b["positions"][0]["chain"] != barrier and b["positions"][0]["ranks"] == "2"
+    assert c["positions"] == [{"chain": barrier, "state": "exited", "ranks": "9"}]
+    assert "native" not in c["chains"][barrier]
+
+    flat = merge(a, b, c)
+    assert flat["positions"][0] == b["positions"][0]   # rank 2: b's record won
+    assert flat["chains"][barrier]["native"] == a["chains"][barrier]["native"]
+    on_disk = [json.loads(json.dumps(s)) for s in (merge(b, a), c)]
+    for tree in (merge(merge(a, b), c), merge(a, merge(b, c)), merge(merge(a, c), b), merge(c, merge(b, a)),
+                 merge(*on_disk)):
+        assert tree == flat
+    assert merge(flat, flat) == flat
+    assert build_report(merge(merge(a, b), c), now=NOW).to_dict() == build_report(flat, now=NOW).to_dict()

@@ -22,7 +22,8 @@ from test_rollcall_merge import NOW, _inputs, _summ, rank_spec
 
 def by_rank(*summaries):
     """The merge's definition, rank by rank: every summary expanded to a row per rank; a
-    rank two summaries hold keeps the greater record (RankFacts.order_key)."""
+    rank two summaries hold keeps the greater record (RankFacts.order_key); every chain of
+    every summary joined by merge_chain and kept (a union, also where no rank sits any more)."""
     world = k = None
     chains, rows, unw, warns, hosts = {}, {}, {}, set(), set()
     for s in summaries:
@@ -43,7 +44,8 @@ def by_rank(*summaries):
         warns |= wa
         hosts |= set(s.get("hosts") or ())
     out = nodes._pack_rows(world, k if k is not None else 5, chains,
-                           {r: (f.key, f.state, f.to_summary()) for r, f in rows.items()}, unw, warns)
+                           {r: (f.key, f.state, f.to_summary()) for r, f in rows.items()}, unw, warns,
+                           all_chains=True)
     if hosts:
         out["hosts"] = sorted(hosts)
     return out
