@@ -14,7 +14,7 @@ import os
 
 from hpc_hangkit.lint import collectives as C
 from hpc_hangkit.lint.model import FUNC_RANKISH, FUNC_SIZE, FuncFacts, defaults_of, dotted, names_of, nodes_of, functions_of, qualify, walk_local
-from hpc_hangkit.lint.taint import Taint, call_kind
+from hpc_hangkit.lint.taint import Taint, call_kind, single_process_returns
 from hpc_hangkit.lint.taint import _AGREEING_ARG0, _AGREEING_ARG1
 from hpc_hangkit.lint.taint import _is_flag as _flag
 from hpc_hangkit.lint.taint import _EQUAL_COUNT
@@ -309,10 +309,22 @@ class Project:
         if rets and params:
             ff.ret_params = _flows_from(rets, local if local is not None else walk_local(node), params)
         if rets or attr_vals:
-            self._agreement(mod, ff, rets, attr_vals, agreed, local if local is not None else walk_local(node))
+            kept = rets
+            if rets and agreed:
+                # a return in a single-process branch (`if world_size == 1: return [obj]`) runs
+                # without other ranks: it says nothing about what they get back
+                single = single_process_returns(node)
+                if single:
+                    stmts = [x for x in (local if local is not None else walk_local(node))
+                             if isinstance(x, ast.Return) and x.value is not None]
+                    kept = [x.value for x in stmts if id(x) not in single]
+            self._agreement(mod, ff, kept, attr_vals, agreed, local if local is not None else walk_local(node))
         for r in rets:
             if taint is not None:
                 ff.ret_level = max(ff.ret_level, taint.level_at(r, r.lineno))
+        if ff.ret_level == 2:
+            ff.ret_direct = max(taint.direct_value_level(r) for r in rets)
+        for r in rets:
             for n in nodes_of(r):
                 if isinstance(n, ast.Call):
                     ref = call_ref(mod, ff.cls, ff.qualname, n)
@@ -387,6 +399,8 @@ class Project:
             # local handed to an agreeing collective
             inner = e.args[0] if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and \
                 e.func.id in ("bool", "int", "float") and len(e.args) == 1 else e
+            if isinstance(inner, ast.Call) and (dotted(inner.func) or [""])[-1] == "cast" and len(inner.args) == 2:
+                inner = inner.args[1]  # `cast(list[T], got)`: the value as it is
             if isinstance(inner, ast.Call):
                 if call_kind(mod, inner)[0] == "collective":
                     return True
@@ -640,6 +654,13 @@ class Project:
             for caller in ret_callers.get(id(ff), ()):
                 if caller.ret_level < ff.ret_level:
                     caller.ret_level = ff.ret_level
+                    work.append(caller)
+        work = [ff for ff in self.funcs.values() if ff.ret_direct]
+        while work:
+            ff = work.pop()
+            for caller in ret_callers.get(id(ff), ()):
+                if caller.ret_direct < ff.ret_direct:
+                    caller.ret_direct = ff.ret_direct
                     work.append(caller)
         self._hand_arguments()
         self._pass_through()
@@ -924,10 +945,13 @@ class Project:
             lv = max(lv, more)
         return lv
 
-    def return_level(self, mod, cls, call):
-        """Rank level of the value a call of a tree function returns (0 when unresolved)."""
+    def return_level(self, mod, cls, call, direct=False):
+        """Rank level of the value a call of a tree function returns (0 when unresolved);
+        ``direct``: counting only what its returned values are computed from (``ret_direct``)."""
         ff = self.resolve(call_ref(mod, cls, "<module>", call))
-        return ff.ret_level if ff is not None else 0
+        if ff is None:
+            return 0
+        return ff.ret_direct if direct else ff.ret_level
 
     def returning_args(self, mod, cls, call):
         """For a call of a tree function: the argument nodes whose parameters its return values
@@ -1050,8 +1074,15 @@ def _restored(saved, cls, attr, value):
 
 def _agreed_expr(e, agreed):
     """A constant, or an expression whose local names are all in ``agreed`` (the locals handed
-    to an agreeing collective): ``all_results.item() == 1``, ``bool(flag)``."""
-    names = {x.id for x in ast.walk(e) if isinstance(x, ast.Name) and isinstance(x.ctx, ast.Load)}
+    to an agreeing collective): ``all_results.item() == 1``, ``bool(flag)``, ``cast(list[T], got)``
+    (a type cast hands its second argument on as it is)."""
+    skip = set()
+    for x in ast.walk(e):
+        if isinstance(x, ast.Call) and (dotted(x.func) or [""])[-1] == "cast" and len(x.args) == 2:
+            skip.update(id(y) for y in ast.walk(x.func))
+            skip.update(id(y) for y in ast.walk(x.args[0]))
+    names = {x.id for x in ast.walk(e) if isinstance(x, ast.Name) and isinstance(x.ctx, ast.Load)
+             and id(x) not in skip}
     names -= {"bool", "int", "float", "True", "False", "None"}
     return names <= agreed
 

@@ -49,6 +49,8 @@ class FuncFacts:
     the first collective called directly (its name) or None; ``marked``: decorated with
     ``@collective``; ``ret_level``/``ret_calls``: rank dependence of its return values
     (0 clean, 1 rank-local, 2 rank-dependent) and the calls whose value it returns;
+    ``ret_direct``: the same level counting only what the returned values are computed from,
+    not the rank branches they are assigned under (the severity's "names the rank");
     ``noreturn``: it never returns (an endless ``while True`` with no ``break``/``return``).
     ``witness``: after :func:`hpc_hangkit.lint.calls.propagate`, the collective it reaches
     (``"all_reduce"``) or None."""
@@ -58,7 +60,8 @@ class FuncFacts:
                  "arg_calls", "attr_params", "raises", "var_types", "ret_elems", "ret_params", "defaults",
                  "directs", "cond_ranges", "tested", "general", "ret_agreed", "ret_uniform", "agreed_attrs",
                  "ret_elem_trips", "equal_count", "elem_args", "called", "p2p", "free_calls",
-                 "uniform_params", "passes", "open_params", "ret_pad", "ret_fields", "agrees")
+                 "uniform_params", "passes", "open_params", "ret_pad", "ret_fields", "agrees",
+                 "ret_direct")
 
     def __init__(self, module, qualname, cls, line, node, path=None):
         self.module = module
@@ -72,6 +75,7 @@ class FuncFacts:
         self.direct_line = 0
         self.marked = False
         self.ret_level = 0
+        self.ret_direct = 0
         self.ret_calls = []
         self.noreturn = False
         self.witness = None

@@ -286,6 +286,14 @@ class Taint:
         returns one; not what reaches it through attributes set elsewhere, parameters handed by
         callers or merged values. A finding whose rank dependence is only inferred is reported
         at ``warning`` level (docs/lint.md, "Severity")."""
+        return self._direct_mode(self.test_level, e)
+
+    def direct_value_level(self, e):
+        """:meth:`level` of value ``e`` as :meth:`direct_level` counts it (a tree function's
+        return value: ``FuncFacts.ret_direct``)."""
+        return self._direct_mode(self.level, e)
+
+    def _direct_mode(self, ask, e):
         saved = self.env, self.params
         self._direct = True
         try:
@@ -305,7 +313,7 @@ class Taint:
                                 denv[n] = 2
                 self._direct_env = denv
             self.env, self.params = self._direct_env, {}
-            return self.test_level(e)
+            return ask(e)
         finally:
             self.env, self.params = saved
             self._direct = False
@@ -633,7 +641,7 @@ class Taint:
         lv = 0
         through = None
         if self.project is not None:
-            lv = self.project.return_level(self.mod, self.cls, call)
+            lv = self.project.return_level(self.mod, self.cls, call, self._direct)
             through = self.project.returning_args(self.mod, self.cls, call)
         if lv == 2:
             return 2
@@ -1358,6 +1366,34 @@ def single_process(test):
         if (isinstance(op, (ast.NotEq, ast.Gt)) and v == 1) or (isinstance(op, ast.GtE) and v == 2):
             return "orelse"
     return None
+
+
+def single_process_returns(fn):
+    """Ids of the ``return`` statements of function ``fn`` that stand in a single-process branch
+    (:func:`single_process`: ``if world_size == 1: return [obj]``): they run only without other
+    ranks, so they say nothing about what the other ranks get back."""
+    out = set()
+    stack = [(st, False) for st in getattr(fn, "body", ())]
+    while stack:
+        st, single = stack.pop()
+        if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        if isinstance(st, ast.Return):
+            if single:
+                out.add(id(st))
+            continue
+        if isinstance(st, ast.If):
+            side = single_process(st.test)
+            stack.extend((x, single or side == "body") for x in st.body)
+            stack.extend((x, single or side == "orelse") for x in st.orelse)
+            continue
+        for f in ("body", "orelse", "finalbody"):
+            stack.extend((x, single) for x in getattr(st, f, None) or ())
+        for h in getattr(st, "handlers", None) or ():
+            stack.extend((x, single) for x in h.body)
+        for c in getattr(st, "cases", None) or ():
+            stack.extend((x, single) for x in c.body)
+    return out
 
 
 def _is_available(e):

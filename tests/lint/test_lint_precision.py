@@ -3,7 +3,7 @@ display keywords, trip counts, single-process branches, wrapper modules from out
 rank sources by name, tuple unpacking, rank-local sizes, constructor flow, HK107."""
 import pytest
 
-from test_lint_rules import expect, lint_tree, silent
+from test_lint_rules import expect, lint_tree, marks, silent
 
 FLAGGED = {
     "emptiness_of_a_parameter_handed_on_from_an_entry_point": ("HK202", """
@@ -1145,3 +1145,47 @@ def test_a_namespace_package_imported_by_its_full_name_resolves(tmp_path):
                  "def build():\n    if dist.get_rank() == 0:\n        sync_blocks()\n")}
     found = lint_tree(tmp_path, files)
     assert ("nspkg/core/data/retro/db/build.py", "HK101", 6, 5) in found, found
+
+
+#: a group creation handed what a wrapper of all_gather_object returns, where the wrapper's
+#: other return is not confined to a single process (flagged; the look-alike p19 is silent)
+GATHERED_GROUPS = {
+    "gathering_wrapper_whose_other_return_is_not_single_process": ("HK104", """
+import torch.distributed as dist
+
+def all_gather_object(obj, group=None):
+    if group is None:
+        return [obj]
+    gathered = [None for _ in range(dist.get_world_size())]
+    dist.all_gather_object(gathered, obj, group=group)
+    return gathered
+
+def process_group_of(k, group):
+    ranks = tuple(range(dist.get_rank() // k * k, dist.get_rank() // k * k + k))
+    subgroups = sorted(all_gather_object(ranks, group))
+    dist.new_subgroups_by_enumeration(subgroups)  # GROUP
+"""),
+    "gathering_wrapper_that_returns_its_own_object_on_many_ranks": ("HK104", """
+import torch.distributed as dist
+
+def all_gather_object(obj, group=None):
+    gathered = [None for _ in range(dist.get_world_size())]
+    dist.all_gather_object(gathered, obj, group=group)
+    if dist.get_world_size() == 1:
+        return gathered
+    return [obj]
+
+def process_group_of(k):
+    ranks = tuple(range(dist.get_rank() // k * k, dist.get_rank() // k * k + k))
+    subgroups = sorted(all_gather_object(ranks))
+    dist.new_subgroups_by_enumeration(subgroups)  # GROUP
+"""),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GATHERED_GROUPS))
+def test_a_gathered_enumeration_is_agreed_only_through_single_process_returns(tmp_path, name):
+    code, src = GATHERED_GROUPS[name]
+    found = lint_tree(tmp_path, {"prog.py": src})
+    line = marks(src, "GROUP")
+    assert found == [("prog.py", code, line, line)], found
