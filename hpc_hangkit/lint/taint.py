@@ -259,7 +259,9 @@ class Taint:
             elif isinstance(st, ast.Try) or type(st).__name__ == "TryStar":
                 self._scan_guards(st.body, conds)
                 for h in st.handlers:
-                    self._scan_guards(h.body, conds if _uniform_handler(st, h) else conds + (("except", None),))
+                    probe = _format_probe(st, h)
+                    self._scan_guards(h.body, conds if _uniform_handler(st, h) else conds + (
+                        ("if", probe) if probe is not None else ("except", None),))
                 self._scan_guards(st.orelse, conds)
                 self._scan_guards(st.finalbody, conds)
             elif isinstance(st, (ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith)):
@@ -1260,6 +1262,38 @@ def _max_reducer(fn, mod, call, name):
     held, values = _reduced_from(nodes, mod, lambda v: p in {x.id for x in ast.walk(v) if isinstance(x, ast.Name)})
     rets = [n for n in nodes if isinstance(n, ast.Return)]
     return bool(rets) and all(r.value is not None and _reads_only(r.value, held, values) for r in rets)
+
+
+_FORMAT_ERRORS = {"KeyError", "IndexError", "LookupError", "ValueError", "TypeError", "AttributeError"}
+
+
+def _format_probe(st, handler):
+    """The formatting expression when ``try:`` holds one statement whose value formats a string
+    from plain values (``return s.format(*args, **kwargs)``, ``'%s' % x``: no other call in it)
+    and the handler catches only the errors formatting raises (``KeyError``, ``IndexError``,
+    ``ValueError``, ``TypeError``, ``AttributeError``): whether it raises is a function of the
+    string and its arguments, so the handler is taken where they say (the expression is the
+    handler's condition), not by the rank that happened to raise. None otherwise."""
+    t = handler.type
+    names = t.elts if isinstance(t, ast.Tuple) else [t] if t is not None else []
+    if not names or any((dotted(n) or [""])[-1] not in _FORMAT_ERRORS for n in names):
+        return None
+    if len(st.body) != 1 or not isinstance(st.body[0], (ast.Assign, ast.Return, ast.Expr)):
+        return None
+    v = st.body[0].value
+    if isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute) and v.func.attr in ("format", "format_map"):
+        inner = [v.func.value] + list(v.args) + [k.value for k in v.keywords]
+    elif isinstance(v, ast.BinOp) and isinstance(v.op, ast.Mod) and isinstance(v.left, ast.Constant) and \
+            isinstance(v.left.value, str):
+        inner = [v.right]
+    else:
+        return None
+    for e in inner:
+        for x in ast.walk(e):
+            if isinstance(x, (ast.Call, ast.Await, ast.Yield, ast.YieldFrom, ast.NamedExpr, ast.Lambda)) or \
+                    isinstance(x, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+                return None
+    return v
 
 
 def _uniform_handler(st, handler):

@@ -1147,6 +1147,70 @@ def test_a_namespace_package_imported_by_its_full_name_resolves(tmp_path):
     assert ("nspkg/core/data/retro/db/build.py", "HK101", 6, 5) in found, found
 
 
+#: the shape of look-alike p20 (a format probe's fallback) where the value is really per rank
+FORMAT_PROBES = {
+    # the string formatted carries the rank: the value (and the check on it) is rank-dependent
+    "format_of_a_rank_named_folder": ("HK103", """
+import torch.distributed as dist
+
+def partial_format(s, *args, **kwargs):
+    for _ in range(100):
+        try:
+            return s.format(*args, **kwargs)
+        except KeyError as e:
+            kwargs[e.args[0]] = "{" + e.args[0] + "}"
+    raise RuntimeError(s)
+
+def resume(save_folder, run_id):
+    if save_folder is not None:
+        save_folder = partial_format(save_folder + str(dist.get_rank()), run_id=run_id)
+    if save_folder == "":  # BRANCH
+        raise ValueError("no save folder")
+    dist.barrier()  # HERE
+"""),
+    # any exception: a rank that failed for its own reason takes the handler alone
+    "fallback_under_except_exception": ("HK203", """
+import torch.distributed as dist
+
+def partial_format(s, **kwargs):
+    try:
+        out = s.format(**kwargs)
+    except Exception:
+        out = None
+    return out
+
+def resume(save_folder, run_id):
+    save_folder = partial_format(save_folder, run_id=run_id)
+    if save_folder is None:  # BRANCH
+        raise ValueError("no save folder")
+    dist.barrier()  # HERE
+"""),
+    # the formatted arguments are computed by a call inside the try: it can raise per rank
+    "format_of_a_call_in_the_try": ("HK203", """
+import torch.distributed as dist
+
+def stamp(s, clock):
+    try:
+        out = s.format(clock())
+    except KeyError:
+        out = None
+    return out
+
+def resume(save_folder, clock):
+    save_folder = stamp(save_folder, clock)
+    if save_folder is None:  # BRANCH
+        raise ValueError("no save folder")
+    dist.barrier()  # HERE
+"""),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FORMAT_PROBES))
+def test_a_format_probe_fallback_still_flags_per_rank_values(tmp_path, name):
+    code, src = FORMAT_PROBES[name]
+    expect(tmp_path, src, code)
+
+
 #: a group creation handed what a wrapper of all_gather_object returns, where the wrapper's
 #: other return is not confined to a single process (flagged; the look-alike p19 is silent)
 GATHERED_GROUPS = {
