@@ -123,11 +123,13 @@ class _Guard:
 
 
 class _Exit:
-    __slots__ = ("line", "level", "kind", "loop", "abort", "direct")
+    __slots__ = ("line", "level", "kind", "loop", "abort", "direct", "sides")
 
-    def __init__(self, line, level, kind, loop, abort, direct=True):
+    def __init__(self, line, level, kind, loop, abort, direct=True, sides=()):
         self.line, self.level, self.kind, self.loop, self.abort = line, level, kind, loop, abort
         self.direct = direct
+        #: the sides of the enclosing fixed tests the exit stands on (:func:`_side`)
+        self.sides = sides
 
 
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
@@ -173,6 +175,8 @@ class _Walker:
         self.seen = set()
         #: inside a membership / use_local_synchronization branch: its early exits are by design
         self.members_only = 0
+        #: the sides of the enclosing ``if`` tests of fixed values (:func:`_side`) the walk is on
+        self.sides = ()
 
     # ---------------------------------------------------------------- calls
     def witness(self, call):
@@ -263,6 +267,11 @@ class _Walker:
             return
         for e in reversed(self.exits):
             if e.loop is not None and e.loop not in loops:
+                continue
+            if e.sides and any((key, not pol) in self.sides for key, pol in e.sides):
+                # the exit stands where a fixed test holds and this call where it does not: the
+                # ranks that leave would not reach it anyway (`if store is None: raise` ...
+                # `if store is not None: all_gather(...)`)
                 continue
             dep = e.level == 2
             if e.kind == "raise":
@@ -445,22 +454,30 @@ class _Walker:
                 ga = gb = None
             members = mentions_membership(st.test)
             self.members_only += members
+            side = _side(st.test, self.taint.assigned)
+            outer = self.sides
+            if side is not None:
+                self.sides = outer + (side,)
             self.block(st.body, guards + ((ga,) if ga else ()), loops)
             self.members_only -= members
             after_body = self.exits
             self.exits = list(before)
+            if side is not None:
+                self.sides = outer + ((side[0], not side[1]),)
             self.block(st.orelse, guards + ((gb,) if gb else ()), loops)
+            self.sides = outer
             merged = after_body + [e for e in self.exits if e not in after_body]
             self.exits = merged
             if lv and not self.members_only:
                 ka, abort_a = self.exits_of(st.body)
                 kb, abort_b = self.exits_of(st.orelse)
-                for kinds, other, abort in ((ka, kb, abort_a), (kb, ka, abort_b)):
+                for kinds, other, abort, pol in ((ka, kb, abort_a, True), (kb, ka, abort_b, False)):
                     for kind in sorted(kinds - other):
                         if same_exit and kind == "return":
                             continue
                         loop = loops[-1] if kind in ("continue", "break") and loops else None
-                        self.exits.append(_Exit(st.lineno, lv, kind, loop, abort, ga.direct))
+                        sides = outer + (((side[0], side[1] == pol),) if side is not None else ())
+                        self.exits.append(_Exit(st.lineno, lv, kind, loop, abort, ga.direct, sides))
         elif isinstance(st, _LOOPS):
             if isinstance(st, ast.While):
                 lv = self.taint.test_level(st.test)
@@ -498,7 +515,7 @@ class _Walker:
                     continue
                 for kind in sorted(kinds & {"return", "continue", "break", "exit"}):
                     loop = loops[-1] if kind in ("continue", "break") and loops else None
-                    self.exits.append(_Exit(h.lineno, 1, kind, loop, False))
+                    self.exits.append(_Exit(h.lineno, 1, kind, loop, False, sides=self.sides))
             self.block(st.orelse, guards, loops)
             if st.finalbody:
                 # a rank that raises or returns in the try runs the finally block too: those exits
@@ -545,6 +562,37 @@ class _Walker:
 #: reductions); a broadcast's receive buffer and the pickle API (``comm.reduce(obj)``) are left out
 _SIZE_MUST_MATCH = {"Reduce", "Allreduce", "Allgather", "Reduce_scatter_block", "Scan", "Exscan", "all_reduce",
                     "reduce", "all_gather_into_tensor", "reduce_scatter_tensor"}
+
+
+_NEGATED = {ast.IsNot: "Is", ast.NotEq: "Eq", ast.NotIn: "In"}
+
+
+def _side(test, assigned):
+    """``(key, polarity)`` of an ``if`` test that reads only names the function never assigns
+    (its parameters, globals) and constants, through ``not``, ``is``/``==``/``in`` and their
+    negations (``store is None`` and ``store is not None`` are one key, opposite polarities);
+    None for any other test (a call, an attribute: its value can change between two tests)."""
+    pol = True
+    while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        test, pol = test.operand, not pol
+    for n in ast.walk(test):
+        if isinstance(n, ast.Name):
+            if n.id in assigned:
+                return None
+        elif not isinstance(n, (ast.Constant, ast.Compare, ast.Load, ast.cmpop)):
+            return None
+    if isinstance(test, ast.Compare):
+        if len(test.ops) != 1:
+            return None
+        op = _NEGATED.get(type(test.ops[0]))
+        if op is not None:
+            pol = not pol
+        else:
+            op = type(test.ops[0]).__name__
+        return (ast.dump(test.left), op, ast.dump(test.comparators[0])), pol
+    if isinstance(test, ast.Name):
+        return ast.dump(test), pol
+    return None
 
 
 def _line_text(project, path, line, here, raw=False):

@@ -1211,6 +1211,71 @@ def test_a_format_probe_fallback_still_flags_per_rank_values(tmp_path, name):
     expect(tmp_path, src, code)
 
 
+#: the shape of look-alike p21 (an exit and a collective on the two sides of one fixed test)
+#: where the ranks that leave can still be missed
+EXCLUSIVE_SIDES = {
+    # the collective after the test's block, on every path
+    "collective_after_the_block": ("HK203", """
+import os
+import torch.distributed as dist
+
+def load(source_path, object_store, temp_dir):
+    if object_store is None:
+        if not os.path.isdir(source_path):  # BRANCH
+            raise FileNotFoundError(source_path)
+    gathered = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, temp_dir)  # HERE
+"""),
+    # the tested name is reassigned: the two tests can disagree
+    "tested_name_reassigned_between": ("HK203", """
+import os
+import torch.distributed as dist
+
+def load(source_path, object_store, temp_dir, make):
+    if object_store is None:
+        if not os.path.isdir(source_path):  # BRANCH
+            raise FileNotFoundError(source_path)
+        object_store = make(source_path)
+    if object_store is not None:
+        gathered = [None] * dist.get_world_size()
+        dist.all_gather_object(gathered, temp_dir)  # HERE
+"""),
+    # an attribute: what the calls between do to it is not known
+    "attribute_test": ("HK203", """
+import os
+import torch.distributed as dist
+
+class Loader:
+    def load(self, source_path, temp_dir):
+        if self.store is None:
+            if not os.path.isdir(source_path):  # BRANCH
+                raise FileNotFoundError(source_path)
+        self.prepare()
+        if self.store is not None:
+            gathered = [None] * dist.get_world_size()
+            dist.all_gather_object(gathered, temp_dir)  # HERE
+"""),
+    # the rank's raise and the collective on the same side of the test
+    "rank_raise_on_the_same_side": ("HK103", """
+import torch.distributed as dist
+
+def load(source_path, object_store, temp_dir):
+    if object_store is None:
+        if dist.get_rank() == 0:  # BRANCH
+            raise FileNotFoundError(source_path)
+    if object_store is None:
+        gathered = [None] * dist.get_world_size()
+        dist.all_gather_object(gathered, temp_dir)  # HERE
+"""),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXCLUSIVE_SIDES))
+def test_an_exit_on_the_other_side_of_a_fixed_test_is_skipped_only_there(tmp_path, name):
+    code, src = EXCLUSIVE_SIDES[name]
+    expect(tmp_path, src, code)
+
+
 #: a group creation handed what a wrapper of all_gather_object returns, where the wrapper's
 #: other return is not confined to a single process (flagged; the look-alike p19 is silent)
 GATHERED_GROUPS = {
