@@ -1051,12 +1051,16 @@ def _dominance(fn):
             paths.setdefault(st.lineno, path)
             if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 continue
-            if isinstance(st, ast.Assign) or (isinstance(st, ast.AnnAssign) and st.value is not None):
-                for t in (st.targets if isinstance(st, ast.Assign) else [st.target]):
-                    if isinstance(t, (ast.Name, ast.Tuple, ast.List)) and all(
-                            isinstance(x, ast.Name) for x in (t.elts if not isinstance(t, ast.Name) else [t])):
-                        for n in _names(t):
-                            killers.setdefault(n, []).append((st.lineno, path))
+            for n in _plain_names(st):
+                killers.setdefault(n, []).append((st.lineno, path))
+            if isinstance(st, ast.While) and _runs_once(stmts[i - 1] if i else None, st.test):
+                # its body runs at least once: a plain assignment at its top level, before any
+                # break or continue, runs before every read after the loop, as if it stood here
+                for b in st.body:
+                    if _leaves(b):
+                        break
+                    for n in _plain_names(b):
+                        killers.setdefault(n, []).append((b.lineno, path))
             for f in ("body", "orelse", "finalbody"):
                 sub = getattr(st, f, None)
                 if isinstance(sub, list) and sub and isinstance(sub[0], ast.stmt):
@@ -1066,6 +1070,48 @@ def _dominance(fn):
             for c in getattr(st, "cases", None) or ():
                 stack.append((c.body, path))
     return paths, killers
+
+
+def _plain_names(st):
+    """The names a plain assignment statement (``x = ...``, ``x: T = ...``, a tuple of names)
+    assigns; () for any other statement."""
+    if isinstance(st, ast.Assign) or (isinstance(st, ast.AnnAssign) and st.value is not None):
+        out = []
+        for t in (st.targets if isinstance(st, ast.Assign) else [st.target]):
+            if isinstance(t, (ast.Name, ast.Tuple, ast.List)) and all(
+                    isinstance(x, ast.Name) for x in (t.elts if not isinstance(t, ast.Name) else [t])):
+                out.extend(_names(t))
+        return out
+    return ()
+
+
+def _runs_once(prev, test):
+    """True when a ``while test:`` loop whose previous statement is ``prev`` enters its body at
+    least once: ``while True:``, or ``done = False`` then ``while not done:`` (``go = True``
+    then ``while go:``)."""
+    if isinstance(test, ast.Constant) and test.value is True:
+        return True
+    want = True
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        test, want = test.operand, False
+    return isinstance(test, ast.Name) and isinstance(prev, ast.Assign) and len(prev.targets) == 1 and \
+        isinstance(prev.targets[0], ast.Name) and prev.targets[0].id == test.id and \
+        isinstance(prev.value, ast.Constant) and prev.value.value is want
+
+
+def _leaves(st):
+    """True when statement ``st`` holds a ``break`` or ``continue`` of the loop around it (not
+    of a loop nested in it), or a nested function or class."""
+    stack = [st]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, (ast.Break, ast.Continue, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            return True
+        if isinstance(n, (ast.For, ast.AsyncFor, ast.While)) and n is not st:
+            stack.extend(n.orelse)
+            continue
+        stack.extend(c for c in ast.iter_child_nodes(n) if isinstance(c, ast.stmt) or isinstance(c, ast.excepthandler))
+    return False
 
 
 _MUTATORS = {"append", "extend", "insert", "pop", "remove", "clear"}

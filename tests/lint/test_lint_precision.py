@@ -1276,6 +1276,72 @@ def test_an_exit_on_the_other_side_of_a_fixed_test_is_skipped_only_there(tmp_pat
     expect(tmp_path, src, code)
 
 
+#: the shape of look-alike p22 (a flag replaced inside a loop that runs at least once) where
+#: the rank-local value can still reach the test
+ONCE_LOOPS = {
+    # the loop's flag comes from a call: the body may not run at all
+    "loop_that_may_not_run": ("HK201", """
+import torch
+import torch.distributed as dist
+
+def train_batch(step, finished_already):
+    oom = 0
+    try:
+        step()
+    except RuntimeError:
+        oom = 1
+    all_ranks_finished = finished_already()
+    while not all_ranks_finished:
+        t = torch.tensor([oom])
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        oom = t.item()
+        all_ranks_finished = True
+    if oom == 1:  # BRANCH
+        dist.barrier()  # HERE
+"""),
+    # a break before the replacing assignment: the first iteration can leave with the old value
+    "break_before_the_replacement": ("HK201", """
+import torch
+import torch.distributed as dist
+
+def train_batch(step, skip):
+    oom = 0
+    try:
+        step()
+    except RuntimeError:
+        oom = 1
+    while True:
+        if skip():
+            break
+        t = torch.tensor([oom])
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        oom = t.item()
+        break
+    if oom == 1:  # BRANCH
+        dist.barrier()  # HERE
+"""),
+    # the value assigned in the loop is the rank's own
+    "rank_value_in_the_loop": ("HK101", """
+import torch.distributed as dist
+
+def train_batch(step):
+    oom = 0
+    all_ranks_finished = False
+    while not all_ranks_finished:
+        oom = dist.get_rank() % 2
+        all_ranks_finished = True
+    if oom == 1:  # BRANCH
+        dist.barrier()  # HERE
+"""),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ONCE_LOOPS))
+def test_a_flag_replaced_in_a_loop_that_runs_once_still_flags_what_reaches(tmp_path, name):
+    code, src = ONCE_LOOPS[name]
+    expect(tmp_path, src, code)
+
+
 #: a group creation handed what a wrapper of all_gather_object returns, where the wrapper's
 #: other return is not confined to a single process (flagged; the look-alike p19 is silent)
 GATHERED_GROUPS = {
