@@ -1053,6 +1053,12 @@ def _dominance(fn):
                 continue
             for n in _plain_names(st):
                 killers.setdefault(n, []).append((st.lineno, path))
+            if isinstance(st, (ast.For, ast.AsyncFor)):
+                flag = _or_merge(st, stmts[:i])
+                if flag is not None:
+                    # the flag is or-ed with every rank's copy of itself: whatever this rank
+                    # set before, after the loop it holds what every rank holds
+                    killers.setdefault(flag, []).append((st.lineno, path))
             if isinstance(st, ast.While) and _runs_once(stmts[i - 1] if i else None, st.test):
                 # its body runs at least once: a plain assignment at its top level, before any
                 # break or continue, runs before every read after the loop, as if it stood here
@@ -1070,6 +1076,111 @@ def _dominance(fn):
             for c in getattr(st, "cases", None) or ():
                 stack.append((c.body, path))
     return paths, killers
+
+
+_GATHERS = {"all_gather", "all_gather_object", "allgather"}
+
+
+def _positive(e, name):
+    """True when ``e`` encodes the truth of local ``name`` as a value whose truth is the same
+    (``1 if name else 0``, ``int(name)``, ``name``), through calls that hand a value on
+    (``torch.tensor([...])``, ``device.tensor_to_device(...)``), and reads ``name`` nowhere else."""
+    hits = [x for x in ast.walk(e) if isinstance(x, ast.Name) and x.id == name]
+    if len(hits) != 1:
+        return False
+    for x in ast.walk(e):
+        if isinstance(x, ast.IfExp) and isinstance(x.test, ast.Name) and x.test.id == name:
+            return isinstance(x.body, ast.Constant) and bool(x.body.value) and \
+                isinstance(x.orelse, ast.Constant) and not x.orelse.value
+        if isinstance(x, ast.Call) and any(isinstance(a, ast.Name) and a.id == name for a in x.args):
+            d = dotted(x.func) or [""]
+            return d[-1] in ("int", "float", "bool") or len(x.args) == 1
+        if isinstance(x, (ast.List, ast.Tuple)) and any(isinstance(a, ast.Name) and a.id == name for a in x.elts):
+            return len(x.elts) == 1
+    return False
+
+
+def _truthy_test(test, name):
+    """True for a test that holds exactly when the value of ``name`` is true (``e``, ``e > 0``,
+    ``e >= 1``, ``e == 1``, ``e != 0``, ``bool(e)``) for values that are 0 or 1."""
+    if isinstance(test, ast.Name):
+        return test.id == name
+    if isinstance(test, ast.Call) and (dotted(test.func) or [""])[-1] == "bool" and len(test.args) == 1:
+        return _truthy_test(test.args[0], name)
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.left, ast.Name) and \
+            test.left.id == name and isinstance(test.comparators[0], ast.Constant):
+        op, v = type(test.ops[0]), test.comparators[0].value
+        return (op is ast.Gt and v == 0) or (op is ast.GtE and v == 1) or (op is ast.Eq and v == 1) or \
+            (op is ast.NotEq and v == 0)
+    return False
+
+
+def _or_merge(loop, before):
+    """The flag ``f`` when ``loop`` runs over every rank's copy of it and sets it when any is
+    true: an earlier statement of the block gathers ``t`` (``g = all_gather(t)``,
+    ``all_gather_object(g, t)``), ``t``'s last assignment before encodes ``f`` (``t =
+    tensor(1 if f else 0)``: :func:`_positive`), ``f`` is not assigned after it, and the loop
+    (``for e in g:``, ``for i, e in enumerate(g):``) sets only ``f = True``, under a test that
+    holds when ``e`` is true. After the loop ``f`` is true on every rank or on none (this
+    rank's own entry is among them). None otherwise."""
+    it, target = loop.iter, loop.target
+    while isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id in ("list", "enumerate") and \
+            len(it.args) == 1:
+        if it.func.id == "enumerate":
+            if not (isinstance(target, ast.Tuple) and len(target.elts) == 2):
+                return None
+            target = target.elts[1]
+        it = it.args[0]
+    if not (isinstance(it, ast.Name) and isinstance(target, ast.Name)) or loop.orelse:
+        return None
+    flag = None
+    for st in loop.body:
+        for x in ast.walk(st):
+            if isinstance(x, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.NamedExpr)) and x is not st and \
+                    not (isinstance(st, ast.If) and x in st.body):
+                return None
+        if isinstance(st, ast.If) and _truthy_test(st.test, target.id) and not st.orelse:
+            for b in st.body:
+                if isinstance(b, ast.Assign):
+                    if not (len(b.targets) == 1 and isinstance(b.targets[0], ast.Name) and
+                            isinstance(b.value, ast.Constant) and b.value.value is True) or \
+                            (flag is not None and flag != b.targets[0].id):
+                        return None
+                    flag = b.targets[0].id
+                elif not isinstance(b, ast.Expr):
+                    return None
+        elif not isinstance(st, ast.Expr):
+            return None
+    if flag is None:
+        return None
+    gathered = None
+    for st in reversed(before):
+        if flag in _assigned_names(st):
+            return None
+        call = st.value if isinstance(st, (ast.Assign, ast.Expr)) and isinstance(st.value, ast.Call) else None
+        if call is not None and gathered is None and (dotted(call.func) or [""])[-1] in _GATHERS:
+            a = [x for x in call.args if isinstance(x, ast.Name)]
+            if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name) and \
+                    st.targets[0].id == it.id and len(call.args) == 1 and len(a) == 1:
+                gathered = a[0].id
+            elif isinstance(st, ast.Expr) and len(call.args) == 2 and len(a) == 2 and a[0].id == it.id:
+                gathered = a[1].id
+            continue
+        if gathered is not None and isinstance(st, ast.Assign) and len(st.targets) == 1 and \
+                isinstance(st.targets[0], ast.Name) and st.targets[0].id == gathered:
+            return flag if _positive(st.value, flag) else None
+        if (gathered is None and it.id in _assigned_names(st)) or \
+                (gathered is not None and gathered in _assigned_names(st)):
+            return None  # (the gathered list allocated before the gather fills it is no change)
+    return None
+
+
+def _assigned_names(st):
+    out = set()
+    for x in ast.walk(st):
+        if isinstance(x, ast.Name) and isinstance(x.ctx, ast.Store):
+            out.add(x.id)
+    return out
 
 
 def _plain_names(st):

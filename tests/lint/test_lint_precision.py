@@ -1342,6 +1342,83 @@ def test_a_flag_replaced_in_a_loop_that_runs_once_still_flags_what_reaches(tmp_p
     expect(tmp_path, src, code)
 
 
+#: the shape of look-alike p23 (a flag or-ed with every rank's gathered copy of itself) where
+#: the flag can still differ between ranks
+OR_MERGES = {
+    # what is gathered is another flag: this rank's own value is not among the entries
+    "gathered_another_flag": ("HK203", """
+import torch
+import torch.distributed as dist
+
+def download_all(download, other):
+    failed = False
+    try:
+        download()
+    except Exception:
+        failed = True
+    t = torch.tensor(1 if other else 0)
+    entries = [torch.zeros_like(t) for _ in range(dist.get_world_size())]
+    dist.all_gather(entries, t)
+    for e in entries:
+        if e > 0:
+            failed = True
+    if failed:  # BRANCH
+        raise RuntimeError("a rank failed")
+    dist.barrier()  # HERE
+"""),
+    # the flag is set again between the gather and the loop
+    "flag_set_after_the_gather": ("HK203", """
+import os
+import torch
+import torch.distributed as dist
+
+def download_all(download, path):
+    failed = False
+    try:
+        download()
+    except Exception:
+        failed = True
+    t = torch.tensor(1 if failed else 0)
+    entries = [torch.zeros_like(t) for _ in range(dist.get_world_size())]
+    dist.all_gather(entries, t)
+    failed = not os.path.exists(path)
+    for e in entries:
+        if e > 0:
+            failed = True
+    if failed:  # BRANCH
+        raise RuntimeError("a rank failed")
+    dist.barrier()  # HERE
+"""),
+    # the loop reads only the first rank's entry: this rank's own is not among them
+    "loop_over_the_first_entry_only": ("HK203", """
+import torch
+import torch.distributed as dist
+
+def download_all(download):
+    failed = False
+    try:
+        download()
+    except Exception:
+        failed = True
+    t = torch.tensor(1 if failed else 0)
+    entries = [torch.zeros_like(t) for _ in range(dist.get_world_size())]
+    dist.all_gather(entries, t)
+    for e in entries[:1]:
+        if e > 0:
+            failed = True
+    if failed:  # BRANCH
+        raise RuntimeError("a rank failed")
+    dist.barrier()  # HERE
+"""),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OR_MERGES))
+def test_a_flag_or_ed_with_gathered_copies_of_something_else_is_still_flagged(tmp_path, name):
+    code, src = OR_MERGES[name]
+    expect(tmp_path, src, code)
+
+
 #: a group creation handed what a wrapper of all_gather_object returns, where the wrapper's
 #: other return is not confined to a single process (flagged; the look-alike p19 is silent)
 GATHERED_GROUPS = {
