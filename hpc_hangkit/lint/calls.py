@@ -324,6 +324,10 @@ class Project:
                 ff.ret_level = max(ff.ret_level, taint.level_at(r, r.lineno))
         if ff.ret_level == 2:
             ff.ret_direct = max(taint.direct_value_level(r) for r in rets)
+        if ff.ret_level and ff.qualname != "<module>":
+            got = _none_level(node, taint, params, local if local is not None else walk_local(node))
+            if got is not None:
+                ff.ret_none, ff.ret_none_params = got
         for r in rets:
             for n in nodes_of(r):
                 if isinstance(n, ast.Call):
@@ -975,6 +979,24 @@ class Project:
                 out.append(k.value)
         return out
 
+    def none_level(self, mod, cls, call):
+        """``(level, argument nodes)`` of whether a call of a tree function returns None: its
+        ``ret_none`` and the arguments bound to the parameters that decide it; None when that is
+        not known (not a tree function, or no ``ret_none``)."""
+        ref = call_ref(mod, cls, "<module>", call)
+        ff = self.resolve(ref)
+        if ff is None or ff.ret_none is None:
+            return None
+        bound = 1 if ff.cls and ff.params and ff.params[0] in ("self", "cls") and ref[0] != "cls" else 0
+        out = []
+        for i, a in enumerate(call.args):
+            if isinstance(a, ast.Starred) or (i + bound < len(ff.params) and ff.params[i + bound] in ff.ret_none_params):
+                out.append(a)
+        for k in call.keywords:
+            if k.arg is None or k.arg in ff.ret_none_params:
+                out.append(k.value)
+        return ff.ret_none, out
+
     def attr_level(self, mod, cls, attr):
         """Rank level of ``self.attr`` (``attr`` may be dotted: ``state.best``) in class ``cls``
         of ``mod`` (assignments in its methods, and its bases' in the same module)."""
@@ -1070,6 +1092,137 @@ def _restored(saved, cls, attr, value):
     else:
         return False
     return (cls, ast.dump(key), attr) in saved
+
+
+def _never_none(e):
+    """True for a value that is never None: a literal, a display, a call of a capitalised name
+    (a class: a constructor never returns None)."""
+    if isinstance(e, ast.Constant):
+        return e.value is not None
+    if isinstance(e, (ast.List, ast.Tuple, ast.Dict, ast.Set, ast.JoinedStr, ast.ListComp, ast.DictComp,
+                      ast.SetComp)):
+        return True
+    if isinstance(e, ast.Call):
+        d = dotted(e.func)
+        return bool(d) and d[-1][:1].isupper()
+    return False
+
+
+def _sets_first(body, name):
+    """True when ``body`` assigns ``name`` a never-None value (:func:`_never_none`) in a plain
+    top-level statement before any exit, and assigns it nothing after."""
+    for i, st in enumerate(body):
+        if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name) and \
+                st.targets[0].id == name and _never_none(st.value):
+            return not any(name in _stored(x) for x in body[i + 1:])
+        if name in _stored(st) or any(isinstance(x, (ast.Return, ast.Raise, ast.Break, ast.Continue))
+                                      for x in ast.walk(st)):
+            return False
+    return False
+
+
+def _stored(st):
+    return {x.id for x in ast.walk(st) if isinstance(x, ast.Name) and isinstance(x.ctx, ast.Store)}
+
+
+def _polar(test):
+    """``(key, polarity)`` of an ``if`` test (``not c`` / ``==`` / ``!=`` folded), for telling
+    two complementary tests apart."""
+    pol = True
+    while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        test, pol = test.operand, not pol
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.NotEq, ast.IsNot)):
+        return (ast.dump(test.left), "eq", ast.dump(test.comparators[0])), not pol
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Eq, ast.Is)):
+        return (ast.dump(test.left), "eq", ast.dump(test.comparators[0])), pol
+    return ast.dump(test), pol
+
+
+def _stable(test, assigned):
+    """True when ``test`` reads only constants, names the function never assigns, and rank calls
+    without arguments (the rank does not change between two tests)."""
+    for x in ast.walk(test):
+        if isinstance(x, ast.Call):
+            d = dotted(x.func)
+            if not (d and C.is_rank_call(d[-1]) and not x.args and not x.keywords):
+                return False
+        elif isinstance(x, ast.Name) and x.id in assigned:
+            return False
+        elif isinstance(x, (ast.Subscript, ast.Lambda, ast.NamedExpr, ast.Await)):
+            return False
+    return True
+
+
+def _set_before(stmts, name, assigned):
+    """True when the statements ``stmts`` (a block, up to a read of ``name``) end with ``name``
+    set to a never-None value on every path that reaches their end: an ``if``/``else`` whose
+    branches both set it (:func:`_sets_first`), or two ``if`` statements with complementary
+    stable tests (``if get_rank() == 0: x = S(p)`` ... ``if get_rank() != 0: x = S(p)``), and
+    nothing assigns it after."""
+    for i in range(len(stmts) - 1, -1, -1):
+        st = stmts[i]
+        if isinstance(st, ast.If) and _sets_first(st.body, name):
+            if st.orelse and _sets_first(st.orelse, name):
+                return True
+            if not st.orelse and _stable(st.test, assigned):
+                key, pol = _polar(st.test)
+                for j in range(i - 1, -1, -1):
+                    other = stmts[j]
+                    if isinstance(other, ast.If) and not other.orelse and _polar(other.test) == (key, not pol) \
+                            and _sets_first(other.body, name):
+                        return True
+                    if name in _stored(other):
+                        return False
+            return False
+        if name in _stored(st):
+            return False
+    return False
+
+
+def _none_level(fn, taint, params, nodes):
+    """``(level, parameters)`` of whether function ``fn`` returns None: the highest level of the
+    ``if`` tests that hold a ``return`` and of the returned values whose None-ness is not fixed
+    (a never-None value or None is fixed; so is a local set to a never-None value on every path
+    to the return, :func:`_set_before`), and the parameters those read. None when a ``return``
+    stands in a loop or an ``except`` handler (not worked out) or ``taint`` is None."""
+    if taint is None:
+        return None
+    single = single_process_returns(fn)
+    tests, values = [], []
+    lv = 0
+    stack = [(getattr(fn, "body", []), ())]
+    while stack:
+        stmts, ifs = stack.pop()
+        for i, st in enumerate(stmts):
+            if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                continue
+            if isinstance(st, ast.Return):
+                if id(st) in single:
+                    continue
+                tests.extend(ifs)
+                v = st.value
+                if v is None or (isinstance(v, ast.Constant) and v.value is None) or _never_none(v):
+                    continue
+                if isinstance(v, ast.Name) and v.id not in params and _set_before(stmts[:i], v.id, taint.assigned):
+                    continue
+                values.append(v)
+                lv = max(lv, taint.level_at(v, st.lineno))
+                continue
+            if isinstance(st, ast.If):
+                stack.append((st.body, ifs + (st.test,)))
+                stack.append((st.orelse, ifs + (st.test,)))
+            elif isinstance(st, (ast.For, ast.AsyncFor, ast.While, ast.Try)) or type(st).__name__ in ("TryStar",
+                                                                                                     "Match"):
+                if any(isinstance(x, ast.Return) for x in ast.walk(st)):
+                    return None
+            elif isinstance(st, (ast.With, ast.AsyncWith)):
+                stack.append((st.body, ifs))
+    seen = set()
+    for t in tests:
+        if id(t) not in seen:
+            seen.add(id(t))
+            lv = max(lv, taint.test_level_at(t, t.lineno))
+    return lv, _flows_from(tests + values, nodes, params)
 
 
 def _agreed_expr(e, agreed):

@@ -61,7 +61,7 @@ class FuncFacts:
                  "directs", "cond_ranges", "tested", "general", "ret_agreed", "ret_uniform", "agreed_attrs",
                  "ret_elem_trips", "equal_count", "elem_args", "called", "p2p", "free_calls",
                  "uniform_params", "passes", "open_params", "ret_pad", "ret_fields", "agrees",
-                 "ret_direct")
+                 "ret_direct", "ret_none", "ret_none_params")
 
     def __init__(self, module, qualname, cls, line, node, path=None):
         self.module = module
@@ -76,6 +76,10 @@ class FuncFacts:
         self.marked = False
         self.ret_level = 0
         self.ret_direct = 0
+        #: level of whether its return value is None (:func:`hpc_hangkit.lint.calls._none_level`),
+        #: and the parameters that decides it also reads; None: not known
+        self.ret_none = None
+        self.ret_none_params = frozenset()
         self.ret_calls = []
         self.noreturn = False
         self.witness = None

@@ -468,7 +468,13 @@ class Taint:
                 return None
             d = dotted(value.func)
             if not d or not d[-1][:1].isupper():
-                return None
+                # a tree function whose None-ness is known: that level, with the arguments
+                # that decide it (never above the value's own level)
+                got = self.project.none_level(self.mod, self.cls, value) if self.project is not None else None
+                if got is None:
+                    return None
+                none_lv = max([got[0]] + [self.level(a) for a in got[1]])
+                lv = max(lv, min(none_lv, self.level(value)))
             for kind, c in conds:
                 if kind == "except":
                     return None
@@ -510,9 +516,32 @@ class Taint:
         lv = 0
         for line, l in sites.items():
             if l > lv and (line < at or any(a <= line <= b and a <= at <= b for a, b in self.loops)) and \
-                    not (name is not None and self._killed(name, line, at)):
+                    not (name is not None and (self._killed(name, line, at) or self._apart(line, at))):
                 lv = l
         return lv
+
+    def _apart(self, line, at):
+        """True when the statement at ``line`` and the one at ``at`` stand in the two branches of
+        one ``if``/``else`` (or two cases of one ``match``) and no loop holds both: one never
+        runs after the other."""
+        if any(a <= line <= b and a <= at <= b for a, b in self.loops):
+            return False
+        if self._dom is None:
+            self._dom = _dominance(self.fn)
+        paths, _, owners = self._dom
+        p, q = paths.get(line), paths.get(at)
+        if p is None or q is None:
+            return False
+        for d in range(min(len(p), len(q))):
+            if p[d] == q[d]:
+                continue
+            if p[d][0] == q[d][0] or d == 0:
+                return False  # one block: the earlier statement runs before the later one
+            a, b = owners.get(p[d][0]), owners.get(q[d][0])
+            if a is None or b is None or a[0] is not b[0] or a[1] == b[1]:
+                return False
+            return isinstance(a[0], ast.If) or type(a[0]).__name__ == "Match"
+        return False
 
     def _killed(self, name, line, at):
         """True when a plain assignment of ``name`` (``x = ...``) runs on every path from the
@@ -522,7 +551,7 @@ class Taint:
         value), inside that loop."""
         if self._dom is None:
             self._dom = _dominance(self.fn)
-        paths, killers = self._dom
+        paths, killers, _ = self._dom
         read = paths.get(at)
         if read is None:
             return False
@@ -1034,15 +1063,15 @@ def _first_and_last(values):
 
 
 def _dominance(fn):
-    """``(paths, killers)`` for function ``fn``: ``paths`` maps the first line of each statement
+    """``(paths, killers, owners)`` for function ``fn``: ``paths`` maps the first line of each statement
     (the outermost one starting there) to its block path, a tuple of ``(id of the enclosing
     statement list, index in it)`` from the body down; ``killers`` maps each name to the
     ``(line, block path)`` of its plain assignments (``x = ...``, ``x: T = ...``, a tuple of
     names), nested functions and classes left out."""
-    paths, killers = {}, {}
+    paths, killers, owners = {}, {}, {}
     body = getattr(fn, "body", None)
     if not isinstance(body, list):
-        return paths, killers
+        return paths, killers, owners
     stack = [(body, ())]
     while stack:
         stmts, prefix = stack.pop()
@@ -1071,11 +1100,13 @@ def _dominance(fn):
                 sub = getattr(st, f, None)
                 if isinstance(sub, list) and sub and isinstance(sub[0], ast.stmt):
                     stack.append((sub, path))
+                    owners[id(sub)] = (st, f)
             for h in getattr(st, "handlers", None) or ():
                 stack.append((h.body, path))
-            for c in getattr(st, "cases", None) or ():
+            for k, c in enumerate(getattr(st, "cases", None) or ()):
                 stack.append((c.body, path))
-    return paths, killers
+                owners[id(c.body)] = (st, k)
+    return paths, killers, owners
 
 
 _GATHERS = {"all_gather", "all_gather_object", "allgather"}

@@ -1419,6 +1419,112 @@ def test_a_flag_or_ed_with_gathered_copies_of_something_else_is_still_flagged(tm
     expect(tmp_path, src, code)
 
 
+#: the shapes of look-alikes p24 (the other branch of an if/else) and p25 (a store made on
+#: both sides of a rank test) where the value can still differ between ranks
+BRANCH_FLOWS = {
+    # the read after the if/else, not in its other branch: rank 0's path reaches it
+    "read_after_the_if_else": ("HK101", """
+import torch.distributed as dist
+
+def open_path(uri, resolve):
+    backend, _, path = uri.partition("://")
+    if backend == "dbfs":
+        if dist.get_rank() == 0:
+            path = resolve(path)
+    else:
+        path = path.strip()
+    if path.endswith(".symlink"):  # BRANCH
+        dist.barrier()  # HERE
+"""),
+    # a loop holds both branches: the previous iteration's rank-0 value reaches the other branch
+    "both_branches_in_a_loop": ("HK101", """
+import torch.distributed as dist
+
+def open_paths(path, resolve):
+    for step in range(3):
+        if step == 0:
+            if dist.get_rank() == 0:
+                path = resolve(path)
+        else:
+            if path.endswith(".symlink"):  # BRANCH
+                dist.barrier()  # HERE
+"""),
+    # the second test is not the first's complement: rank 1 has no store
+    "store_made_under_tests_that_are_not_complementary": ("HK101", """
+import torch.distributed as dist
+
+class Store:
+    def __init__(self, path):
+        self.path = path
+
+def open_store(path):
+    store = None
+    if dist.get_rank() == 0:
+        store = Store(path)
+    if dist.get_rank() > 1:
+        store = Store(path)
+    return store
+
+def resume(folder):
+    store = open_store(folder)
+    if store is not None:  # BRANCH
+        dist.barrier()  # HERE
+"""),
+    # a rank-dependent return of None before the store is made
+    "none_returned_on_rank_zero": ("HK101", """
+import torch.distributed as dist
+
+class Store:
+    def __init__(self, path):
+        self.path = path
+
+def open_store(path):
+    if dist.get_rank() == 0:
+        return None
+    store = None
+    if dist.get_rank() == 1:
+        store = Store(path)
+    if dist.get_rank() != 1:
+        store = Store(path)
+    return store
+
+def resume(folder):
+    store = open_store(folder)
+    if store is not None:  # BRANCH
+        dist.barrier()  # HERE
+"""),
+    # the store is dropped again between the two tests on the ranks that made it first
+    "store_reset_between_the_tests": ("HK101", """
+import torch.distributed as dist
+
+class Store:
+    def __init__(self, path):
+        self.path = path
+
+def open_store(path, keep):
+    store = None
+    if dist.get_rank() == 0:
+        store = Store(path)
+    if not keep:
+        store = None
+    if dist.get_rank() != 0:
+        store = Store(path)
+    return store
+
+def resume(folder, keep):
+    store = open_store(folder, keep)
+    if store is not None:  # BRANCH
+        dist.barrier()  # HERE
+"""),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BRANCH_FLOWS))
+def test_other_branch_and_both_sides_still_flag_what_differs(tmp_path, name):
+    code, src = BRANCH_FLOWS[name]
+    expect(tmp_path, src, code)
+
+
 #: a group creation handed what a wrapper of all_gather_object returns, where the wrapper's
 #: other return is not confined to a single process (flagged; the look-alike p19 is silent)
 GATHERED_GROUPS = {
