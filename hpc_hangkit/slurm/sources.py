@@ -38,6 +38,10 @@ PROBE_ANSWER_ENV = "HANGKIT_PROBE_ANSWER"
 #: more; fewer answer with their raw rank-file tails (cheap for a few nodes, and what the
 #: capture falls back on when a node does not answer it)
 SUMMARY_MIN_NODES = 4
+#: seconds between probes that ask the nodes already named unreachable again (the probes in
+#: between leave them out, so that they end when every node that answers has answered instead
+#: of at the deadline)
+UNREACHABLE_RETRY_S = 30.0
 
 
 def probe_deadline_s(poll_interval_s: Optional[float]) -> float:
@@ -305,6 +309,7 @@ class SlurmStackSource:
         self._local_seen = False
         self._last_stats: Dict[str, object] = {}
         self._answered_once: set = set()  # short names of the nodes that answered at some probe
+        self._last_retry: Optional[float] = None  # when a probe last asked the unreachable nodes too
 
     def rollcall(self, det=None):
         return self.inner.rollcall(det)
@@ -421,6 +426,20 @@ class SlurmStackSource:
             except (OSError, ValueError) as e:
                 log.warning("cannot record that node %s is unreachable: %s", node, e)
 
+    def _probe_nodes(self, now: float) -> List[str]:
+        """The nodes the next probe asks: every other node, except those named unreachable,
+        which only every :data:`UNREACHABLE_RETRY_S` seconds are asked again (with the rest):
+        a silent node holds a probe until its deadline, and the news of the others with it."""
+        if not self.unreachable:
+            self._last_retry = None
+            return list(self.other_nodes)
+        if self._last_retry is None:
+            self._last_retry = now  # just named by the probe that ended: its wait was the first try
+        elif now - self._last_retry >= UNREACHABLE_RETRY_S:
+            self._last_retry = now
+            return list(self.other_nodes)
+        return [n for n in self.other_nodes if n not in self.unreachable]
+
     def settle(self, timeout_s: float) -> None:
         """Wait up to ``timeout_s`` seconds for a probe in flight, then fold what it brought and
         name the nodes it found silent (:attr:`unreachable`): before a capture, so that a node
@@ -480,7 +499,8 @@ class SlurmStackSource:
         quiet = got is None or got[0] or not set(got[1].progressed) - set(self.inner.dated)
         due = self._last_probe is None or now - self._last_probe >= interval
         if self.other_nodes and self.background is not None and quiet and due:
-            if self.background.start(self.other_nodes):
+            nodes = self._probe_nodes(now)
+            if nodes and self.background.start(nodes):
                 self.probes += 1
                 self._last_probe = now
         stalled = [k for k, a in ans.items() if a[0]]

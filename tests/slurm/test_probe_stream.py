@@ -396,3 +396,45 @@ def test_sstat_runs_beside_the_polls_and_its_newest_answer_is_the_evidence(tmp_p
     stalled, det, _ = src.poll(103.0)["stacks"]
     assert stalled and det.steps["7.0"]["ntasks"] == 4 and det.steps["7.0"]["cpu_delta_s"] is None
     assert len(calls) >= 2
+
+
+def test_probes_leave_an_unreachable_node_out_and_ask_it_again_every_retry_interval(tmp_path):
+    """A silent node holds a probe until its deadline: once it is named unreachable, the probes
+    ask only the nodes that answer (so they end when those have), and every
+    UNREACHABLE_RETRY_S seconds one asks it too; when it answers it is back in every probe."""
+    asked, silent = [], {"hk3"}
+
+    def probe(nodes, fold):
+        asked.append(sorted(nodes))
+        for n in nodes:
+            if n not in silent:
+                fold({"host": n, "answer": "summary", "summary": {}, "ranks": {}})
+        return {n: "no answer within the probe's 10 s deadline" for n in nodes if n in silent}
+    probe.streams = True
+
+    local = tmp_path / "local"
+    local.mkdir()
+    src = slurm_sources.SlurmStackSource(str(local), slurm_probe.View(str(tmp_path / "view")),
+                                         ["hk2", "hk3", "hk4"], probe=probe, idle_probe_s=0.0)
+    retry = slurm_sources.UNREACHABLE_RETRY_S
+
+    def poll(t):
+        src.poll(t)
+        assert src.background.wait(30)
+
+    poll(0.0)
+    assert asked == [["hk2", "hk3", "hk4"]]
+    poll(1.0)  # takes the answer: hk3 is named; this poll's probe leaves it out
+    assert set(src.unreachable) == {"hk3"} and asked[-1] == ["hk2", "hk4"]
+    poll(2.0)
+    poll(1.0 + retry - 0.5)
+    assert asked[-2:] == [["hk2", "hk4"], ["hk2", "hk4"]]
+    poll(1.0 + retry)  # the retry: everyone again
+    assert asked[-1] == ["hk2", "hk3", "hk4"]
+    silent.clear()
+    poll(2.0 + retry)
+    assert asked[-1] == ["hk2", "hk4"] and set(src.unreachable) == {"hk3"}  # (its answer is not in yet)
+    poll(1.0 + 2 * retry)
+    assert asked[-1] == ["hk2", "hk3", "hk4"]
+    poll(2.0 + 2 * retry)  # it answered: no longer unreachable, in every probe
+    assert not src.unreachable and asked[-1] == ["hk2", "hk3", "hk4"]
