@@ -64,10 +64,28 @@ def call_ref(mod, cls, scope, call):
     return None
 
 
+_NAME = ast.Name
 #: the open parameters of a function whose every parameter comes from the tree's making
 _NONE = frozenset()
-#: word -> 2 (names what the taint reads: FUNC_RANKISH), 1 (a size), 0 (neither)
-_WORDS = {}
+#: the words classified so far (per process), and those that name what the taint reads
+#: (FUNC_RANKISH) or a size (FUNC_SIZE): a function's words are then matched by set
+#: operations, each distinct word by the regular expressions once
+_SEEN_WORDS = set()
+_RANK_WORDS = set()
+_SIZE_WORDS = set()
+
+
+def _extra_rank():
+    """The configured rank sources that FUNC_RANKISH does not match, matched once per settings
+    (each file's facts are built by a Project of their own)."""
+    global _EXTRA_RANK
+    names = C.RANK_NAMES | C.RANK_CALLS
+    if _EXTRA_RANK is None or _EXTRA_RANK[0] != names:
+        _EXTRA_RANK = (names, frozenset(n for n in names if not FUNC_RANKISH.search(n)))
+    return _EXTRA_RANK[1]
+
+
+_EXTRA_RANK = None
 
 
 def _closeness(a, b):
@@ -205,7 +223,8 @@ class Project:
         local = mod.local.get(id(node))
         for n in (local if local is not None else walk_local(node)):
             if isinstance(n, ast.Call):
-                kind, name = call_kind(mod, n)
+                # the taint asked every call's kind already (:meth:`Taint.call_kind` remembers it)
+                kind, name = taint.call_kind(n) if taint is not None else call_kind(mod, n)
                 if kind == "collective":
                     ff.directs.append((n.lineno, n.col_offset, name))
                     idx = 0 if name in _AGREEING_ARG0 else 1 if name in _AGREEING_ARG1 else None
@@ -219,12 +238,12 @@ class Project:
                     ref = call_ref(mod, ff.cls, ff.qualname, n)
                     if ref is not None:
                         ff.calls.append((ref, n.lineno, n.col_offset, call_info(mod, n)))
-                        if n.args or n.keywords:
+                        if params and (n.args or n.keywords):
                             # a parameter handed on as it is: what the callee's parameter holds
                             # comes from this function's callers (:meth:`_pass_through`)
                             for k, a in [(i, a) for i, a in enumerate(n.args)] + \
                                     [(k.arg, k.value) for k in n.keywords if k.arg]:
-                                if isinstance(a, ast.Name) and a.id in params and a.id not in ("self", "cls"):
+                                if a.__class__ is _NAME and a.id in params and a.id not in ("self", "cls"):
                                     if not ff.passes:
                                         ff.passes = []
                                     ff.passes.append((ref, k, a.id))
@@ -374,19 +393,20 @@ class Project:
         words = mod.words.get(id(node))
         if words is None:
             return True
-        sized = False
-        for w in words:
-            got = _WORDS.get(w)
-            if got is None:
-                got = _WORDS[w] = 2 if FUNC_RANKISH.search(w) else 1 if FUNC_SIZE.search(w) else 0
-            if got == 2:
-                return True
-            if got == 1:
-                sized = True
-        if sized and ("0" in words or "not" in words):
+        new = words - _SEEN_WORDS
+        if new:
+            for w in new:
+                if FUNC_RANKISH.search(w):
+                    _RANK_WORDS.add(w)
+                elif FUNC_SIZE.search(w):
+                    _SIZE_WORDS.add(w)
+            _SEEN_WORDS.update(new)
+        if not words.isdisjoint(_RANK_WORDS):
+            return True
+        if ("0" in words or "not" in words) and not words.isdisjoint(_SIZE_WORDS):
             return True
         if self._extra_rank is None:
-            self._extra_rank = frozenset(n for n in C.RANK_NAMES | C.RANK_CALLS if not FUNC_RANKISH.search(n))
+            self._extra_rank = _extra_rank()
         if not words.isdisjoint(self._extra_rank):
             return True
         if self._local_alias is None or self._local_alias[0] is not mod:
@@ -575,7 +595,7 @@ class Project:
         kind = C.classify_call(name, method, None)
         if kind is None and "." in name and not name.startswith(C.COLLECTIVE_MODULES):
             recv = name.rsplit(".", 2)[-2]
-            kind = C.classify_call(None, method, recv) if C.COMMISH.search(recv) else None
+            kind = C.classify_call(None, method, recv) if C.commish(recv) else None
         return kind
 
     def call_kind(self, mod, call):
@@ -1346,12 +1366,23 @@ def _equal_count_return(fn, ret):
 def _local_aliases(mod):
     """The names ``mod`` imports that a rank-local call is made through (their targets are
     rank-local calls, or modules or prefixes of them)."""
+    global _LOCAL_PARENTS
+    if _LOCAL_PARENTS is None or _LOCAL_PARENTS[0] != C.LOCAL_CALLS:
+        # the modules (and their parents) of the rank-local calls: `q` is one when a call's
+        # name starts with `q.`
+        _LOCAL_PARENTS = (frozenset(C.LOCAL_CALLS), frozenset(
+            ".".join(lc.split(".")[:k]) for lc in C.LOCAL_CALLS for k in range(1, lc.count(".") + 1)))
+    parents = _LOCAL_PARENTS[1]
     out = []
     for alias, q in mod.imports.items():
         if q in C.LOCAL_CALLS or q.startswith(C.LOCAL_PREFIXES) or (q + ".").startswith(C.LOCAL_PREFIXES) or \
-                any(lc.startswith(q + ".") for lc in C.LOCAL_CALLS):
+                q in parents:
             out.append(alias)
     return out
+
+
+#: (the rank-local calls, their modules and parents) for :func:`_local_aliases`
+_LOCAL_PARENTS = None
 
 
 def call_info(mod, call):
@@ -1478,7 +1509,10 @@ def _assigned(nodes):
         else:
             continue
         for t in targets:
-            out.update(names_of(t))
+            if t.__class__ is _NAME:  # the common target, without a walk
+                out.add(t.id)
+            else:
+                out.update(names_of(t))
     return out
 
 
@@ -1556,7 +1590,7 @@ def _flows_from(rets, nodes, params):
     for n in nodes:
         if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and getattr(n, "value", None) is not None:
             for t in (n.targets if isinstance(n, ast.Assign) else [n.target]):
-                for x in names_of(t):
+                for x in ((t.id,) if t.__class__ is _NAME else names_of(t)):
                     vals.setdefault(x, []).append(n.value)
         elif isinstance(n, (ast.For, ast.AsyncFor, ast.comprehension)):
             for x in names_of(n.target):

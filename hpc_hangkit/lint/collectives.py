@@ -22,7 +22,7 @@ __all__ = ["COLLECTIVE_MODULES", "DISTINCT", "GENERIC", "COMMISH", "P2P_SEND", "
            "LOCAL_CALLS", "LOCAL_METHODS", "DATAISH", "MARK_DECORATORS", "MEMBERSHIP", "EXTRA_PLAIN", "extend",
            "snapshot", "restore", "classify_call", "RANK_CALL_RE", "RANK_ATTR_RE", "LOCAL_DATA_METHODS",
            "LOCAL_DATA_CALLS", "DISPLAY_KEYWORDS", "extend_rank_sources", "is_rank_call", "is_configured",
-           "configured_method", "LIBRARY_METHODS", "SYNC_LOG_METHODS", "WRAPPER_CLASSES"]
+           "configured_method", "LIBRARY_METHODS", "SYNC_LOG_METHODS", "WRAPPER_CLASSES", "is_rank_attr", "commish"]
 
 #: qualified-name prefixes whose functions named in DISTINCT or GENERIC are collectives
 COLLECTIVE_MODULES = ("torch.distributed", "mpi4py", "accelerate", "lightning", "pytorch_lightning",
@@ -166,7 +166,35 @@ def extend_rank_sources(names):
 
 def is_rank_call(name):
     """True when a call named ``name`` (its last identifier) answers with the rank."""
-    return name in RANK_CALLS or (bool(RANK_CALL_RE.match(name)) and not NOT_RANK_RE.search(name))
+    if name in RANK_CALLS:
+        return True
+    got = _RANK_CALL_HIT.get(name)
+    if got is None:
+        got = _RANK_CALL_HIT[name] = bool(RANK_CALL_RE.match(name)) and not NOT_RANK_RE.search(name)
+    return got
+
+
+def is_rank_attr(name):
+    """True when an attribute ``name`` matches :data:`RANK_ATTR_RE` (remembered per name)."""
+    got = _RANK_ATTR_HIT.get(name)
+    if got is None:
+        got = _RANK_ATTR_HIT[name] = bool(RANK_ATTR_RE.match(name))
+    return got
+
+
+def commish(name):
+    """True when ``name`` looks like a communicator (:data:`COMMISH`; remembered per name)."""
+    got = _COMMISH_HIT.get(name)
+    if got is None:
+        got = _COMMISH_HIT[name] = bool(COMMISH.search(name))
+    return got
+
+
+#: name -> what the constant patterns above answer for it: the lint asks them of the same few
+#: thousand names hundreds of thousands of times
+_RANK_CALL_HIT = {}
+_RANK_ATTR_HIT = {}
+_COMMISH_HIT = {}
 
 
 def is_configured(qualified):
@@ -236,7 +264,7 @@ def classify_call(qualified, method, receiver):
     lib = LIBRARY_METHODS.get(method)
     if lib is not None and receiver is not None and lib.search(receiver):
         return "collective"
-    if receiver is not None and COMMISH.search(receiver):
+    if receiver is not None and commish(receiver):
         if method in GENERIC:
             return "collective"
         if method in P2P_ALL:

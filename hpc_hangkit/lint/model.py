@@ -351,6 +351,59 @@ _LEAF_T = frozenset([ast.Load, ast.Store, ast.Del, ast.Name, ast.Constant, ast.a
                         c, (ast.operator, ast.unaryop, ast.cmpop, ast.boolop))])
 
 
+#: fields that never hold a node worth a visit (identifiers, numbers, flags, the load/store
+#: context): :func:`scopes` does not read them
+_NOT_CHILD = frozenset(("ctx", "id", "attr", "arg", "module", "level", "is_async", "simple", "conversion",
+                        "kind", "type_comment", "tag", "rest", "kwd_attrs"))
+#: node class -> the fields :func:`scopes` reads
+_CHILD_FIELDS = {}
+
+
+def _child_fields(cls):
+    got = _CHILD_FIELDS[cls] = tuple(f for f in cls._fields if f not in _NOT_CHILD)
+    return got
+
+
+#: what :func:`scopes` does with a child node of a class (one lookup instead of several
+#: tests): skip it (no node, or a leaf without a word), note its word, walk into it
+_SKIP, _NODE, _KEPT, _NAME_A, _CONST, _ARG, _NOT_A, _ATTR, _FUNC_A, _OPAQUE, _IMPORT, _HANDLER, _RAISE = (
+    "skip", "node", "kept", "name", "const", "arg", "not", "attr", "func", "opaque", "import", "handler", "raise")
+_WORD_OF = {_ARG: None, _NOT_A: "not", _HANDLER: "except", _RAISE: "raise"}
+#: node class -> its action (filled on first sight)
+_ACTION = {}
+
+
+def _action(cls):
+    if cls is ast.Name:
+        a = _NAME_A
+    elif cls is ast.Constant:
+        a = _CONST
+    elif cls is ast.arg:
+        a = _ARG
+    elif cls is ast.Not:
+        a = _NOT_A
+    elif cls in _LEAF_T or not issubclass(cls, ast.AST):
+        a = _SKIP
+    elif cls in _FUNC_T:
+        a = _FUNC_A
+    elif cls in _OPAQUE_T:
+        a = _OPAQUE
+    elif cls is ast.Attribute:
+        a = _ATTR
+    elif cls is ast.ExceptHandler:
+        a = _HANDLER
+    elif cls is ast.Raise:
+        a = _RAISE
+    elif cls in KEPT:
+        a = _KEPT
+    elif cls in _IMPORT_T:
+        a = _IMPORT
+    else:
+        a = _NODE
+    _ACTION[cls] = a
+    return a
+
+
 def scopes(tree):
     """One pass over ``tree``: ``({id(scope): [nodes]}, [import nodes], {id(scope): {words}})``
     where a scope is the module or a function, and its nodes are those :func:`walk_local`
@@ -364,53 +417,54 @@ def scopes(tree):
     imports = []
     stack = [(tree, local[id(tree)], words[id(tree)])]
     pop, push = stack.pop, stack.append
-    name_t, attr_t, const_t, arg_t, not_t, handler_t, raise_t = ast.Name, ast.Attribute, ast.Constant, ast.arg, \
-        ast.Not, ast.ExceptHandler, ast.Raise
+    fields_of, act_of = _CHILD_FIELDS, _ACTION
     while stack:
         node, sink, ws = pop()
-        for name in node._fields:
+        fields = fields_of.get(node.__class__)
+        for name in (fields if fields is not None else _child_fields(node.__class__)):
             v = getattr(node, name, None)
-            if v is None or v.__class__ in (str, int, float, bool, bytes):
+            if v is None:
                 continue
             for c in (v if v.__class__ is list else (v,)):
-                t = c.__class__
-                if t in _LEAF_T:
+                a = act_of.get(c.__class__)
+                if a is None:
+                    a = _action(c.__class__)
+                if a is _NODE:
+                    push((c, sink, ws))
+                elif a is _KEPT:
+                    if sink is not None:
+                        sink.append(c)
+                    push((c, sink, ws))
+                elif a is _SKIP:
+                    continue
+                elif ws is not None and a is _NAME_A:
+                    ws.add(c.id)
+                elif ws is not None and a is _CONST:
+                    x = c.value
+                    if x.__class__ is str:
+                        if len(x) < 40:
+                            ws.add(x)
+                    elif x.__class__ is int and (x == 0 or x == 1):
+                        ws.add("0")
+                elif a is _ATTR:
                     if ws is not None:
-                        if t is name_t:
-                            ws.add(c.id)
-                        elif t is const_t:
-                            x = c.value
-                            if x.__class__ is str:
-                                if len(x) < 40:
-                                    ws.add(x)
-                            elif x.__class__ is int and (x == 0 or x == 1):
-                                ws.add("0")
-                        elif t is arg_t:
-                            ws.add(c.arg)
-                        elif t is not_t:
-                            ws.add("not")
-                    continue
-                if not isinstance(c, ast.AST):
-                    continue
-                if t in _FUNC_T:
+                        ws.add(c.attr)
+                    push((c, sink, ws))
+                elif a is _FUNC_A:
                     own = local[id(c)] = []
                     push((c, own, words.setdefault(id(c), set())))
-                    continue
-                if t in _OPAQUE_T:
+                elif a is _OPAQUE:
                     push((c, None, None))
-                    continue
-                if ws is not None:
-                    if t is attr_t:
-                        ws.add(c.attr)
-                    elif t is handler_t:
-                        ws.add("except")
-                    elif t is raise_t:
-                        ws.add("raise")
-                if sink is not None and t in KEPT:
-                    sink.append(c)
-                elif t in _IMPORT_T:
+                elif a is _IMPORT:
                     imports.append(c)
-                push((c, sink, ws))
+                    push((c, sink, ws))
+                elif ws is not None and a in _WORD_OF:
+                    # an argument's name, a `not`, a handler, a raise
+                    ws.add(c.arg if a is _ARG else _WORD_OF[a])
+                    if a is _HANDLER or a is _RAISE:
+                        push((c, sink, ws))
+                elif a is _HANDLER or a is _RAISE:
+                    push((c, sink, ws))
     return local, imports, words
 
 

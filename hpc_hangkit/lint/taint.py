@@ -16,12 +16,18 @@ import ast
 import re
 
 from hpc_hangkit.lint import collectives as C
-from hpc_hangkit.lint.model import _params, dotted, qualify, walk_local
+from hpc_hangkit.lint.model import _NOT_CHILD, _params, dotted, nodes_of, qualify, walk_local
 
 __all__ = ["Taint", "call_kind", "mentions_membership", "single_process", "RANK_DEPENDENT", "RANK_LOCAL",
            "CLEAN"]
 
 CLEAN, RANK_LOCAL, RANK_DEPENDENT = 0, 1, 2
+
+_CONSTANT, _NAME, _ATTRIBUTE, _CALL, _SUBSCRIPT, _LAMBDA, _COMPARE, _BOOLOP, _COMPREHENSION, _EXPR = (
+    ast.Constant, ast.Name, ast.Attribute, ast.Call, ast.Subscript, ast.Lambda, ast.Compare, ast.BoolOp,
+    ast.comprehension, ast.expr)
+#: expression class -> the fields that can hold a child node (:meth:`Taint.level`)
+_EXPR_FIELDS = {}
 
 #: collectives whose first (mpi4py buffer API: second) argument is equal on every rank afterwards
 _AGREEING_ARG0 = {"all_reduce", "broadcast", "broadcast_object_list", "all_gather", "all_gather_object",
@@ -384,9 +390,12 @@ class Taint:
         """0, 1 or 2 for expression ``e`` (see the module docstring)."""
         if e is None:
             return 0
-        if isinstance(e, ast.Constant):
+        # the node's class by identity (a parsed tree holds no subclasses of these): the
+        # commonest first, the hottest function of the lint
+        t = e.__class__
+        if t is _CONSTANT:
             return 0
-        if isinstance(e, ast.Name):
+        if t is _NAME:
             if e.id in self.agreed:
                 return 0
             if e.id in C.RANK_NAMES and e.id not in self.assigned:
@@ -398,8 +407,8 @@ class Taint:
                 if sites is not None:
                     return self._reaching(sites, e.id)
             return self.env.get(e.id, 0)
-        if isinstance(e, ast.Attribute):
-            if e.attr in C.RANK_NAMES or C.RANK_ATTR_RE.match(e.attr):
+        if t is _ATTRIBUTE:
+            if e.attr in C.RANK_NAMES or C.is_rank_attr(e.attr):
                 return 2
             if e.attr in _WORLD_NAMES:
                 return 0  # the number of processes is the same on every rank
@@ -414,30 +423,36 @@ class Taint:
             if e.attr == "shape" and _data_name(e.value):
                 lv = max(lv, 1)
             return max(lv, self.level(e.value))
-        if isinstance(e, ast.Call):
+        if t is _CALL:
             return self._call_level(e)
-        if isinstance(e, ast.Subscript):
+        if t is _SUBSCRIPT:
             if self._is_environ(e.value) and self._rank_env_key(e.slice):
                 return 2
             return max(self.level(e.value), self.level(e.slice))
-        if isinstance(e, (ast.Lambda,)):
+        if t is _LAMBDA:
             return 0
-        if isinstance(e, ast.BoolOp) and isinstance(e.op, ast.And) and _first_and_last(e.values):
+        if t is _BOOLOP and isinstance(e.op, ast.And) and _first_and_last(e.values):
             return 0
-        if isinstance(e, ast.Compare) and len(e.ops) == 1 and isinstance(e.ops[0], (ast.Is, ast.IsNot)) and \
+        if t is _COMPARE and len(e.ops) == 1 and isinstance(e.ops[0], (ast.Is, ast.IsNot)) and \
                 isinstance(e.left, ast.Name) and isinstance(e.comparators[0], ast.Constant) and \
                 e.comparators[0].value is None:
             lv = self._set_level(e.left.id)
             if lv is not None:
                 return lv
         lv = 0
-        for c in ast.iter_child_nodes(e):
-            if isinstance(c, ast.expr):
-                lv = max(lv, self.level(c))
-                if lv == 2:
-                    break
-            elif isinstance(c, ast.comprehension):
-                lv = max(lv, self.level(c.iter), max([self.level(x) for x in c.ifs] or [0]))
+        # the children as ast.iter_child_nodes yields them, without its generators
+        fields = _EXPR_FIELDS.get(t)
+        if fields is None:
+            fields = _EXPR_FIELDS[t] = tuple(f for f in t._fields if f not in _NOT_CHILD)
+        for f in fields:
+            v = getattr(e, f, None)
+            for c in (v if v.__class__ is list else (v,)):
+                if isinstance(c, _EXPR):
+                    lv = max(lv, self.level(c))
+                    if lv == 2:
+                        return lv
+                elif c.__class__ is _COMPREHENSION:
+                    lv = max(lv, self.level(c.iter), max([self.level(x) for x in c.ifs] or [0]))
         return lv
 
     def _set_level(self, name):
@@ -825,6 +840,8 @@ class Taint:
         ``.items()``... count what they are given; anything else by its value's :meth:`level`."""
         if self._trips_due:
             self._trips()
+        if e.__class__ is _CONSTANT:
+            return 0  # most arguments handed on (:func:`~hpc_hangkit.lint.calls._handed`)
         if isinstance(e, ast.Name) and e.id in self.assigned and e.id not in self.agreed:
             if self._at is not None:
                 if self._pads is None:
@@ -1015,7 +1032,7 @@ def _commish(e):
     """True for a receiver named like a communicator (``strategy``, ``self.strategy``,
     ``trainer.strategy``, ``comm``: :data:`~hpc_hangkit.lint.collectives.COMMISH`)."""
     d = dotted(e)
-    return bool(d) and bool(C.COMMISH.search(d[-1]))
+    return bool(d) and C.commish(d[-1])
 
 
 _TYPE_ERRORS = {"TypeError", "NotImplementedError"}
@@ -1647,7 +1664,7 @@ def _is_world_size(e):
 def mentions_membership(e):
     """True when condition ``e`` tests group membership (ranks outside a group skip its
     collectives by design) or ``use_local_synchronization``."""
-    for n in ast.walk(e):
+    for n in nodes_of(e):
         name = n.attr if isinstance(n, ast.Attribute) else n.id if isinstance(n, ast.Name) else None
         if name and C.MEMBERSHIP.search(name):
             return True
@@ -1672,7 +1689,7 @@ def mentions_membership(e):
             if negative and any((isinstance(x, ast.Call) and (dotted(x.func) or [""])[-1] in C.RANK_CALLS | {"rank"})
                                 or (isinstance(x, ast.Constant) and x.value in C.RANK_ENV)
                                 or (isinstance(x, (ast.Name, ast.Attribute)) and (dotted(x) or [""])[-1]
-                                    in C.RANK_NAMES) for x in ast.walk(n.left)):
+                                    in C.RANK_NAMES) for x in nodes_of(n.left)):
                 return True
     return False
 
