@@ -64,7 +64,7 @@ def call_ref(mod, cls, scope, call):
     return None
 
 
-_NAME = ast.Name
+_NAME, _CALL, _RETURN, _ASSIGN = ast.Name, ast.Call, ast.Return, ast.Assign
 #: the open parameters of a function whose every parameter comes from the tree's making
 _NONE = frozenset()
 #: the words classified so far (per process), and those that name what the taint reads
@@ -222,7 +222,8 @@ class Project:
         attr_vals = []
         local = mod.local.get(id(node))
         for n in (local if local is not None else walk_local(node)):
-            if isinstance(n, ast.Call):
+            nt = n.__class__  # by identity: a parsed tree holds no subclasses
+            if nt is _CALL:
                 # the taint asked every call's kind already (:meth:`Taint.call_kind` remembers it)
                 kind, name = taint.call_kind(n) if taint is not None else call_kind(mod, n)
                 if kind == "collective":
@@ -254,12 +255,12 @@ class Project:
                                 ff.elem_args = list(ff.elem_args) + elems
                             if lv:
                                 ff.arg_calls.append((ref, lv))
-            elif isinstance(n, ast.Return) and n.value is not None:
+            elif nt is _RETURN and n.value is not None:
                 has_return = True
                 rets.append(n.value)
-            elif isinstance(n, ast.Return):
+            elif nt is _RETURN:
                 has_return = True
-            elif isinstance(n, ast.Assign) and taint is not None and any(
+            elif nt is _ASSIGN and taint is not None and any(
                     isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id in params
                     and t.value.id != "self" for t in n.targets):
                 # `trainer.should_stop = True` under a rank-local test: the flag is another object's
@@ -269,7 +270,7 @@ class Project:
                         k = (mod.key, t.attr, t.value.id.replace("_", "").lower())
                         if lv > self.foreign.get(k, 0):
                             self.foreign[k] = lv
-            elif isinstance(n, ast.Assign) and ff.cls:
+            elif nt is _ASSIGN and ff.cls:
                 for t in n.targets:
                     key = _self_attr(t)
                     if key is None:
@@ -393,16 +394,16 @@ class Project:
         words = mod.words.get(id(node))
         if words is None:
             return True
-        new = words - _SEEN_WORDS
-        if new:
-            for w in new:
-                if FUNC_RANKISH.search(w):
-                    _RANK_WORDS.add(w)
-                elif FUNC_SIZE.search(w):
-                    _SIZE_WORDS.add(w)
-            _SEEN_WORDS.update(new)
         if not words.isdisjoint(_RANK_WORDS):
             return True
+        # the words not matched before, up to the first that names a rank source
+        for w in words - _SEEN_WORDS:
+            _SEEN_WORDS.add(w)
+            if FUNC_RANKISH.search(w):
+                _RANK_WORDS.add(w)
+                return True
+            if FUNC_SIZE.search(w):
+                _SIZE_WORDS.add(w)
         if ("0" in words or "not" in words) and not words.isdisjoint(_SIZE_WORDS):
             return True
         if self._extra_rank is None:
@@ -455,7 +456,9 @@ class Project:
         for table in (self._names, self._aliases):
             cands = table.get(name)
             if cands:
-                if len(cands) == 1 or origin is None:
+                if len(cands) == 1:
+                    return cands[0]
+                if origin is None:
                     return min(cands, key=lambda m: m.key)
                 return min(cands, key=lambda m: (-_closeness(m.key, origin), m.key))
         return None

@@ -215,7 +215,7 @@ class ModuleFacts:
         self.collective_attrs = {}
         #: (class, attr) whose value some method agrees through a collective (after propagation)
         self.attr_agreed = set()
-        self.ignores = parse_ignores(self.lines)
+        self.ignores = parse_ignores(self.lines) if "hangkit" in text else {}
         self.is_package = is_package
         self.has_p2p = False
         #: the text names something rank-dependent or rank-local at all (else no value in it can be)
@@ -287,14 +287,18 @@ _NAME = ast.Name
 
 def nodes_of(node):
     """Every node under ``node``, itself included, as a list (what ``ast.walk`` yields, in
-    another order, at well under half its cost: no generators)."""
+    another order and without the load/store context leaves, at well under half its cost:
+    no generators)."""
     out = []
     stack = [node]
     pop, push, add = stack.pop, stack.append, out.append
+    fields_of = _CHILD_FIELDS
     while stack:
         n = pop()
         add(n)
-        for f in n._fields:
+        fields = fields_of.get(n.__class__)
+        # the fields that can hold a node (no load/store contexts, no identifiers)
+        for f in (fields if fields is not None else _child_fields(n.__class__)):
             v = getattr(n, f, None)
             if v.__class__ is list:
                 for c in v:
@@ -310,12 +314,14 @@ def names_of(node):
     out = set()
     stack = [node]
     pop, push = stack.pop, stack.append
+    fields_of = _CHILD_FIELDS
     while stack:
         n = pop()
         if n.__class__ is _NAME:
             out.add(n.id)
             continue
-        for f in n._fields:
+        fields = fields_of.get(n.__class__)
+        for f in (fields if fields is not None else _child_fields(n.__class__)):
             v = getattr(n, f, None)
             if v.__class__ is list:
                 for c in v:
@@ -415,11 +421,21 @@ def scopes(tree):
     local = {id(tree): []}
     words = {id(tree): set()}
     imports = []
-    stack = [(tree, local[id(tree)], words[id(tree)])]
+    # the stack holds nodes of the scope being walked; a tuple enters a nested scope (its node,
+    # list, words) or, below that scope's nodes, leaves it (None, the outer list and words)
+    sink, ws = local[id(tree)], words[id(tree)]
+    stack = [tree]
     pop, push = stack.pop, stack.append
     fields_of, act_of = _CHILD_FIELDS, _ACTION
     while stack:
-        node, sink, ws = pop()
+        node = pop()
+        if node.__class__ is tuple:
+            node, inner_sink, inner_ws = node
+            if node is None:
+                sink, ws = inner_sink, inner_ws
+                continue
+            push((None, sink, ws))
+            sink, ws = inner_sink, inner_ws
         fields = fields_of.get(node.__class__)
         for name in (fields if fields is not None else _child_fields(node.__class__)):
             v = getattr(node, name, None)
@@ -429,27 +445,30 @@ def scopes(tree):
                 a = act_of.get(c.__class__)
                 if a is None:
                     a = _action(c.__class__)
-                if a is _NODE:
-                    push((c, sink, ws))
-                elif a is _KEPT:
-                    if sink is not None:
-                        sink.append(c)
-                    push((c, sink, ws))
-                elif a is _SKIP:
-                    continue
-                elif ws is not None and a is _NAME_A:
-                    ws.add(c.id)
-                elif ws is not None and a is _CONST:
-                    x = c.value
-                    if x.__class__ is str:
-                        if len(x) < 40:
-                            ws.add(x)
-                    elif x.__class__ is int and (x == 0 or x == 1):
-                        ws.add("0")
+                # the commonest first: names, attributes, calls
+                if a is _NAME_A:
+                    if ws is not None:
+                        ws.add(c.id)
                 elif a is _ATTR:
                     if ws is not None:
                         ws.add(c.attr)
-                    push((c, sink, ws))
+                    push(c)
+                elif a is _KEPT:
+                    if sink is not None:
+                        sink.append(c)
+                    push(c)
+                elif a is _NODE:
+                    push(c)
+                elif a is _CONST:
+                    if ws is not None:
+                        x = c.value
+                        if x.__class__ is str:
+                            if len(x) < 40:
+                                ws.add(x)
+                        elif x.__class__ is int and (x == 0 or x == 1):
+                            ws.add("0")
+                elif a is _SKIP:
+                    continue
                 elif a is _FUNC_A:
                     own = local[id(c)] = []
                     push((c, own, words.setdefault(id(c), set())))
@@ -457,14 +476,14 @@ def scopes(tree):
                     push((c, None, None))
                 elif a is _IMPORT:
                     imports.append(c)
-                    push((c, sink, ws))
+                    push(c)
                 elif ws is not None and a in _WORD_OF:
                     # an argument's name, a `not`, a handler, a raise
                     ws.add(c.arg if a is _ARG else _WORD_OF[a])
                     if a is _HANDLER or a is _RAISE:
-                        push((c, sink, ws))
+                        push(c)
                 elif a is _HANDLER or a is _RAISE:
-                    push((c, sink, ws))
+                    push(c)
     return local, imports, words
 
 

@@ -119,7 +119,9 @@ class Taint:
         if isinstance(body, list):
             self._scan_guards(body, ())
         for n in (local if local is not None else walk_local(self.fn)):
-            if isinstance(n, ast.Assign):
+            if n.__class__ is _CALL:  # the commonest node, tested first
+                self._agree_args(n)
+            elif isinstance(n, ast.Assign):
                 if id(n) in self.single:
                     continue
                 conds = self.guards.get(id(n), ())
@@ -140,8 +142,6 @@ class Taint:
                 assigns.append((n.target, n.value, (), None))
             elif isinstance(n, ast.withitem) and n.optional_vars is not None:
                 assigns.append((n.optional_vars, n.context_expr, (), None))
-            elif isinstance(n, ast.Call):
-                self._agree_args(n)
         # a comprehension's variable lives in the comprehension: it does not change a local of
         # the same name (`i` of `for i in range(n)` and of `[r for i in ranks]`)
         outer = {name for target, _, _, _ in assigns for name in _names(target)}
