@@ -1355,7 +1355,7 @@ def _equal_count_return(fn, ret):
             if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name) and \
                     st.targets[0].id == v.id:
                 last = st
-            elif last is not None and v.id in _assigned(ast.walk(st)):
+            elif last is not None and v.id in _assigned(nodes_of(st)):
                 last = None  # assigned again under a branch or loop after it
         if last is None:
             return False

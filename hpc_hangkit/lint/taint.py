@@ -838,10 +838,12 @@ class Taint:
         """Level of a loop's trip count over iterable ``e``: a literal list or tuple has a fixed
         length whatever its values; ``range``/``enumerate``/``zip``/``reversed``/``sorted``/
         ``.items()``... count what they are given; anything else by its value's :meth:`level`."""
+        if e.__class__ is _CONSTANT:
+            # many arguments handed on (:func:`~hpc_hangkit.lint.calls._handed`): no trip
+            # counts needed yet (they are the same whenever first asked: the levels are final)
+            return 0
         if self._trips_due:
             self._trips()
-        if e.__class__ is _CONSTANT:
-            return 0  # most arguments handed on (:func:`~hpc_hangkit.lint.calls._handed`)
         if isinstance(e, ast.Name) and e.id in self.assigned and e.id not in self.agreed:
             if self._at is not None:
                 if self._pads is None:
