@@ -37,6 +37,7 @@ def lint_paths(paths, *, select=None, ignore=None, exclude=(), collectives=(), r
     import gc
 
     from hpc_hangkit.lint import collectives as C
+    from hpc_hangkit.lint.calls import set_tree_names
 
     saved = C.snapshot()
     C.extend(collectives)
@@ -52,6 +53,7 @@ def lint_paths(paths, *, select=None, ignore=None, exclude=(), collectives=(), r
         if collecting:
             gc.enable()
         C.restore(saved)
+        set_tree_names(None)
 
 
 #: below this many files one process does it all (starting workers costs more than it saves)
@@ -130,7 +132,7 @@ def _check_key(key):
 
 def _lint(paths, select, ignore, exclude, jobs):
     global _PROJECT
-    from hpc_hangkit.lint.calls import Project
+    from hpc_hangkit.lint.calls import Project, set_tree_names
     from hpc_hangkit.lint.files import iter_files
 
     res = LintResult()
@@ -138,6 +140,8 @@ def _lint(paths, select, ignore, exclude, jobs):
     files = list(iter_files(paths, exclude))
     jobs = _jobs(jobs, len(files))
     reach = []
+    # the forked workers see it; forgotten when this run ends
+    set_tree_names(files)
     for path, got in _map(_index_file, files, jobs):
         if isinstance(got, str):
             res.errors.append((path, got))

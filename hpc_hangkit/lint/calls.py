@@ -13,7 +13,7 @@ import ast
 import os
 
 from hpc_hangkit.lint import collectives as C
-from hpc_hangkit.lint.model import FUNC_RANKISH, FUNC_SIZE, FuncFacts, defaults_of, dotted, names_of, nodes_of, functions_of, qualify, walk_local
+from hpc_hangkit.lint.model import FUNC_RANKISH, FUNC_SIZE, FuncFacts, defaults_of, dotted, module_name, names_of, nodes_of, functions_of, qualify, walk_local
 from hpc_hangkit.lint.taint import Taint, call_kind, single_process_returns
 from hpc_hangkit.lint.taint import _AGREEING_ARG0, _AGREEING_ARG1
 from hpc_hangkit.lint.taint import _is_flag as _flag
@@ -147,11 +147,7 @@ class Project:
                 self.funcs.pop((old.key, ff.qualname), None)
         self.modules[mod.key] = mod
         self._names.setdefault(mod.name, []).append(mod)
-        comps = mod.key[:-3].split(os.sep) if mod.key.endswith(".py") else mod.key.split(os.sep)
-        if comps[-1] == "__init__":
-            comps = comps[:-1]
-        for k in range(1, min(9, len(comps))):
-            alias = ".".join(comps[-k:])
+        for alias in _path_aliases(mod.key):
             if alias != mod.name:
                 self._aliases.setdefault(alias, []).append(mod)
         self._cache = {}
@@ -250,11 +246,12 @@ class Project:
                                     ff.passes.append((ref, k, a.id))
                         if taint is not None and (n.args or n.keywords):
                             handing.append((n, ref))
-                            lv, elems = _handed(taint, mod, ff, n, ref)
-                            if elems:
-                                ff.elem_args = list(ff.elem_args) + elems
-                            if lv:
-                                ff.arg_calls.append((ref, lv))
+                            if not _dead_ref(mod, ref):
+                                lv, elems = _handed(taint, mod, ff, n, ref)
+                                if elems:
+                                    ff.elem_args = list(ff.elem_args) + elems
+                                if lv:
+                                    ff.arg_calls.append((ref, lv))
             elif nt is _RETURN and n.value is not None:
                 has_return = True
                 rets.append(n.value)
@@ -1074,6 +1071,57 @@ def _handed(taint, mod, ff, call, ref):
             lv[k] = got
     taint._at = None
     return lv, elems
+
+
+def _path_aliases(key):
+    """The dotted names a module of normalized path ``key`` is also found by: its trailing path
+    components (``src/pkg/context.py`` as ``context``, ``pkg.context``...)."""
+    comps = key[:-3].split(os.sep) if key.endswith(".py") else key.split(os.sep)
+    if comps[-1] == "__init__":
+        comps = comps[:-1]
+    return [".".join(comps[-k:]) for k in range(1, min(9, len(comps)))]
+
+
+#: while :func:`hpc_hangkit.lint.lint_paths` runs: every dotted name a file being linted can be
+#: found by (:func:`set_tree_names`), else None; and qualified name -> no leading part of it is one
+_TREE_NAMES = None
+_DEAD_Q = {}
+
+
+def set_tree_names(paths):
+    """Note the files of the tree about to be linted (None: forget them). A qualified call none
+    of whose leading parts names one of them resolves to no tree function: its facts skip
+    what only a tree callee would read (:func:`_dead_ref`)."""
+    global _TREE_NAMES
+    _DEAD_Q.clear()
+    if paths is None:
+        _TREE_NAMES = None
+        return
+    names = set()
+    for p in paths:
+        names.add(module_name(p))
+        names.update(_path_aliases(os.path.normpath(os.path.abspath(p))))
+    _TREE_NAMES = names
+
+
+def _dead_ref(mod, ref):
+    """True for a call ref of ``mod`` that no resolution can follow, so what the call is handed
+    is dropped after propagation (:meth:`Project._hand_arguments`) and need not be computed: a
+    ``local`` name with no function of the module by that name (nested, sibling or its own), no
+    class of it and no ``*`` import to look in (a builtin: ``len(x)``); a qualified name none of
+    whose leading parts is a module of the tree (:func:`set_tree_names`: ``os.path.join``)."""
+    kind = ref[0]
+    if kind == "local":
+        return not mod.stars and ref[2] not in mod.bases and not (
+            ref[2] in mod.funcs or (ref[3] and ref[3] in mod.funcs) or (ref[4] and ref[4] in mod.funcs))
+    if kind == "q" and _TREE_NAMES is not None:
+        q = ref[1]
+        got = _DEAD_Q.get(q)
+        if got is None:
+            parts = q.split(".")
+            got = _DEAD_Q[q] = not any(".".join(parts[:i]) in _TREE_NAMES for i in range(1, len(parts) + 1))
+        return got
+    return False
 
 
 def _saved_attrs(mod, fns):
