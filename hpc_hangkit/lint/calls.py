@@ -209,7 +209,10 @@ class Project:
             ff.marked = True
         # no rank source anywhere in the module (or in the function's own text): nothing here can
         # return one by itself
-        taint = Taint(node, mod, ff.cls, None) if mod.rankish and self._rankish(mod, ff) else None
+        tainted = mod.rankish and self._rankish(mod, ff)
+        # built on the first read that needs it (many functions only call builtins and return
+        # nothing): its levels depend only on the function's tree and the module's imports
+        taint = None
         params = set(ff.params)
         rets = []
         handing = []
@@ -220,7 +223,7 @@ class Project:
         for n in (local if local is not None else walk_local(node)):
             nt = n.__class__  # by identity: a parsed tree holds no subclasses
             if nt is _CALL:
-                # the taint asked every call's kind already (:meth:`Taint.call_kind` remembers it)
+                # a taint once built has asked every call's kind (:meth:`Taint.call_kind` remembers it)
                 kind, name = taint.call_kind(n) if taint is not None else call_kind(mod, n)
                 if kind == "collective":
                     ff.directs.append((n.lineno, n.col_offset, name))
@@ -244,9 +247,11 @@ class Project:
                                     if not ff.passes:
                                         ff.passes = []
                                     ff.passes.append((ref, k, a.id))
-                        if taint is not None and (n.args or n.keywords):
+                        if tainted and (n.args or n.keywords):
                             handing.append((n, ref))
                             if not _dead_ref(mod, ref):
+                                if taint is None:
+                                    taint = Taint(node, mod, ff.cls, None)
                                 lv, elems = _handed(taint, mod, ff, n, ref)
                                 if elems:
                                     ff.elem_args = list(ff.elem_args) + elems
@@ -257,10 +262,12 @@ class Project:
                 rets.append(n.value)
             elif nt is _RETURN:
                 has_return = True
-            elif nt is _ASSIGN and taint is not None and any(
+            elif nt is _ASSIGN and tainted and any(
                     isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id in params
                     and t.value.id != "self" for t in n.targets):
                 # `trainer.should_stop = True` under a rank-local test: the flag is another object's
+                if taint is None:
+                    taint = Taint(node, mod, ff.cls, None)
                 lv = max(taint.level_at(n.value, n.lineno), taint.guard_level(n))
                 for t in n.targets:
                     if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and lv:
@@ -273,7 +280,9 @@ class Project:
                     if key is None:
                         continue
                     attr_vals.append((key, n.value))
-                    if taint is not None and not self._restored(ff.cls, key, n.value):
+                    if tainted and not self._restored(ff.cls, key, n.value):
+                        if taint is None:
+                            taint = Taint(node, mod, ff.cls, None)
                         lv = max(taint.level_at(n.value, n.lineno), taint.guard_level(n))
                         if lv > mod.attr_levels.get((ff.cls, key), 0):
                             mod.attr_levels[(ff.cls, key)] = lv
@@ -296,6 +305,8 @@ class Project:
             # all_reduce(tensor, op): dist.all_reduce(tensor, op=...)`) agrees its caller's argument
             kept = agreed & params - _assigned(local if local is not None else walk_local(node))
             ff.agrees = tuple(i for i, p in enumerate(ff.params) if p in kept)
+        if tainted and rets and taint is None:
+            taint = Taint(node, mod, ff.cls, None)  # what the function returns is read below
         name = ff.qualname.rsplit(".", 1)[-1]
         ranked = [p for p in ff.params if p in C.RANK_NAMES] if name.startswith("_") and \
             not name.startswith("__") and handing else ()
