@@ -238,7 +238,10 @@ class Project:
                     ref = call_ref(mod, ff.cls, ff.qualname, n)
                     if ref is not None:
                         ff.calls.append((ref, n.lineno, n.col_offset, call_info(mod, n)))
-                        if params and (n.args or n.keywords):
+                        # what a call handed arguments passes on matters only for a tree callee
+                        handed_on = bool(n.args or n.keywords)
+                        dead = handed_on and (params or tainted) and _dead_ref(mod, ref)
+                        if params and handed_on and not dead:
                             # a parameter handed on as it is: what the callee's parameter holds
                             # comes from this function's callers (:meth:`_pass_through`)
                             for k, a in [(i, a) for i, a in enumerate(n.args)] + \
@@ -247,9 +250,9 @@ class Project:
                                     if not ff.passes:
                                         ff.passes = []
                                     ff.passes.append((ref, k, a.id))
-                        if tainted and (n.args or n.keywords):
+                        if tainted and handed_on:
                             handing.append((n, ref))
-                            if not _dead_ref(mod, ref):
+                            if not dead:
                                 if taint is None:
                                     taint = Taint(node, mod, ff.cls, None)
                                 lv, elems = _handed(taint, mod, ff, n, ref)
@@ -1117,7 +1120,8 @@ def set_tree_names(paths):
 
 def _dead_ref(mod, ref):
     """True for a call ref of ``mod`` that no resolution can follow, so what the call is handed
-    is dropped after propagation (:meth:`Project._hand_arguments`) and need not be computed: a
+    (its arguments' levels, the parameters handed on as they are) is dropped after propagation
+    (:meth:`Project._hand_arguments`, :meth:`Project._pass_through`) and need not be computed: a
     ``local`` name with no function of the module by that name (nested, sibling or its own), no
     class of it and no ``*`` import to look in (a builtin: ``len(x)``); a qualified name none of
     whose leading parts is a module of the tree (:func:`set_tree_names`: ``os.path.join``)."""
