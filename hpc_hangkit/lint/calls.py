@@ -686,20 +686,16 @@ class Project:
                 caller.witness = ff.witness
                 caller.via = (line, ff)
                 frontier.append(caller)
-        work = [ff for ff in self.funcs.values() if ff.ret_level]
-        while work:
-            ff = work.pop()
-            for caller in ret_callers.get(id(ff), ()):
-                if caller.ret_level < ff.ret_level:
-                    caller.ret_level = ff.ret_level
-                    work.append(caller)
-        work = [ff for ff in self.funcs.values() if ff.ret_direct]
-        while work:
-            ff = work.pop()
-            for caller in ret_callers.get(id(ff), ()):
-                if caller.ret_direct < ff.ret_direct:
-                    caller.ret_direct = ff.ret_direct
-                    work.append(caller)
+        for attr in ("ret_level", "ret_direct"):
+            # a caller that returns a callee's result returns at least its level
+            work = [ff for ff in self.funcs.values() if getattr(ff, attr)]
+            while work:
+                ff = work.pop()
+                lvl = getattr(ff, attr)
+                for caller in ret_callers.get(id(ff), ()):
+                    if getattr(caller, attr) < lvl:
+                        setattr(caller, attr, lvl)
+                        work.append(caller)
         self._hand_arguments()
         self._pass_through()
         self._agree_attributes()
