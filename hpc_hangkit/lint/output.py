@@ -47,8 +47,14 @@ def _escape(text):
 
 
 def _uri(path):
+    """A path as a SARIF ``artifactLocation.uri`` (a URI reference, RFC 3986): an absolute
+    path as a ``file://`` URI, a relative one as a relative reference; both percent-encoded
+    (a space, ``#`` or ``%`` in a name would otherwise make another URI)."""
+    from urllib.parse import quote
     p = path.replace(os.sep, "/")
-    return p[2:] if p.startswith("./") else p
+    if os.path.isabs(path):
+        return "file://" + quote(p)
+    return quote(p[2:] if p.startswith("./") else p)
 
 
 def render_sarif(result):

@@ -267,3 +267,27 @@ def test_rank_sources_and_collectives_from_pyproject(tmp_path):
     (tmp_path / "pyproject.toml").write_text('[tool.hpc-hangkit.lint]\ncollectives = ["gathered_forward"]\n')
     r = lint("--format", "json", "m.py", cwd=str(tmp_path))
     assert json.loads(r.stdout)["findings"] == []  # should_save is not a rank source by itself
+
+
+def test_sarif_uris_are_file_uris_for_absolute_paths_and_encoded(tmp_path):
+    """SARIF's artifactLocation.uri is a URI: an absolute path becomes a file:// URI that
+    names the same file, a relative one a relative reference; a space or '#' in a name is
+    percent-encoded."""
+    from urllib.parse import unquote, urlparse
+
+    d = tmp_path / "my proj#1"
+    d.mkdir()
+    (d / "train.py").write_text(
+        "import torch.distributed as dist\n\n"
+        "def step(t):\n"
+        "    if dist.get_rank() == 0:\n"
+        "        dist.all_reduce(t)\n")
+    sarif = json.loads(lint("--format", "sarif", str(d)).stdout)
+    uris = {loc["physicalLocation"]["artifactLocation"]["uri"]
+            for res in sarif["runs"][0]["results"] for loc in res["locations"]}
+    assert uris and all(u.startswith("file:///") and " " not in u and "#" not in u for u in uris), uris
+    assert {unquote(urlparse(u).path) for u in uris} == {str(d / "train.py")}
+    rel = json.loads(lint("--format", "sarif", "train.py", cwd=str(d)).stdout)
+    (u,) = {loc["physicalLocation"]["artifactLocation"]["uri"]
+            for res in rel["runs"][0]["results"] for loc in res["locations"]}
+    assert u == "train.py"
