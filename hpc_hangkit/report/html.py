@@ -22,7 +22,7 @@ from urllib.parse import quote
 
 from hpc_hangkit.ranges import format_ranks, ranks_label
 from hpc_hangkit.rollcall.prose import short_where, split_at
-from hpc_hangkit.report.render import build_tree, render_text
+from hpc_hangkit.report.render import build_tree, render_text, unreachable_suspects_note
 
 __all__ = ["PALETTE", "Evidence", "render_html", "gather_evidence", "contrast_ratio", "MAX_FILES",
            "MAX_TEXT_LINES"]
@@ -526,8 +526,8 @@ def render_html(report, evidence: Optional[Evidence] = None, title: Optional[str
     if report.missing_ranks:
         extra.append("missing ranks (no dumps, no marker): %s" % format_ranks(report.missing_ranks))
     for u in getattr(report, "unreachable", None) or ():
-        extra.append("node %s unreachable (did not answer the monitor's probe): ranks %s as last seen" % (
-            u["node"], u["ranks"] or "(none known)"))
+        extra.append("node %s unreachable (did not answer the monitor's probe): ranks %s as last seen%s" % (
+            u["node"], u["ranks"] or "(none known)", unreachable_suspects_note(report, u)))
     for r, why in sorted(report.unwatched.items())[:50]:
         extra.append("rank %d unwatched: %s" % (r, why))
     if extra:

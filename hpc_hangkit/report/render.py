@@ -31,6 +31,18 @@ _MAX_BRANCHES = 16  # children drawn per tree node (text and SVG); the rest are 
 SPREAD_SHOWN_S = 1.0
 
 
+def unreachable_suspects_note(report, u: dict) -> str:
+    """``"; suspect rank 130: ..."`` when suspects of ``report`` are among the ranks of the
+    unreachable-node record ``u`` (their position is the one the node's last answer gave, from
+    before it went silent), else ``""``: the text and HTML reports' one wording of it."""
+    if not u.get("ranks") or not report.suspect_ranks:
+        return ""
+    held = sorted(set(report.suspect_ranks) & set(parse_ranks(u["ranks"])))
+    if not held:
+        return ""
+    return "; suspect %s: position as last seen, before the node went silent" % ranks_label(held)
+
+
 def render_text(report: Report, via: Optional[int] = _VIA, max_groups: int = _MAX_GROUPS) -> str:
     """The human roll call: one block per group (its line, ``via`` call chain), the
     ``=>`` sentence (where the collective is, where the bug is), then check-ins,
@@ -126,8 +138,9 @@ def render_text(report: Report, via: Optional[int] = _VIA, max_groups: int = _MA
         for u in report.unreachable:
             when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(u["since"]))
             ranks = ranks_label(parse_ranks(u["ranks"])) if u["ranks"] else "no rank known"
-            out.append("  node %s: %s, since %s%s" % (
-                u["node"], ranks, when, " (%s)" % u["why"] if u.get("why") else ""))
+            out.append("  node %s: %s, since %s%s%s" % (
+                u["node"], ranks, when, " (%s)" % u["why"] if u.get("why") else "",
+                unreachable_suspects_note(report, u)))
     if report.unwatched:
         out.append("")
         out.append("unwatched ranks (never armed):")

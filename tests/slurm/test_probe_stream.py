@@ -438,3 +438,33 @@ def test_probes_leave_an_unreachable_node_out_and_ask_it_again_every_retry_inter
     assert asked[-1] == ["hk2", "hk3", "hk4"]
     poll(2.0 + 2 * retry)  # it answered: no longer unreachable, in every probe
     assert not src.unreachable and asked[-1] == ["hk2", "hk3", "hk4"]
+
+
+def test_a_suspect_on_an_unreachable_node_is_said_to_be_as_last_seen(tmp_path):
+    """Rank 1 (the one elsewhere) is on the node that went silent: it stays the suspect (its
+    last answer is the evidence there is), and the text and HTML reports say that its position
+    is from before its node went silent; a node holding no suspect gets no such note."""
+    import time
+    from hpc_hangkit.report.html import render_html
+    from hpc_hangkit.rollcall.unreachable import write_unreachable
+
+    a = node_scratch(str(tmp_path / "a"), (0, 2))
+    b = node_scratch(str(tmp_path / "b"), (1, 3))
+    doc, _ = answer_doc(b, "summary")
+    view = slurm_probe.View(str(tmp_path / "view"))
+    view.apply(slurm_probe.rank_files(a))
+    view.apply_summary("hk2", doc["summary"])
+    write_unreachable(view.path, "hk2", time.time() - 30, [1, 3], "no answer within the probe's 10 s deadline")
+    rep = report_from_dir(view.path)
+    assert rep.verdict == "SPLIT" and rep.suspect_ranks == [1]
+    line = next(ln for ln in render_text(rep).splitlines() if ln.startswith("  node hk2: "))
+    assert line.endswith("deadline); suspect rank 1: position as last seen, before the node went silent"), line
+    assert "ranks 1,3 as last seen; suspect rank 1: position as last seen, before the node went silent" in render_html(rep)
+
+    clear = node_scratch(str(tmp_path / "c"), (0, 1))
+    view2 = slurm_probe.View(str(tmp_path / "view2"))
+    view2.apply(slurm_probe.rank_files(clear))
+    view2.apply_summary("hk2", answer_doc(node_scratch(str(tmp_path / "d"), (2, 3)), "summary")[0]["summary"])
+    write_unreachable(view2.path, "hk2", time.time() - 30, [2, 3], "no answer within the probe's 10 s deadline")
+    rep2 = report_from_dir(view2.path)
+    assert rep2.suspect_ranks == [1] and "before the node went silent" not in render_text(rep2)
