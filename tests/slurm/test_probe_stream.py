@@ -44,6 +44,15 @@ def answer_doc(scratch, answer, samples=5):
     return doc, len(json.dumps(doc))
 
 
+def summary_view(path, local, remote, host="hk2"):
+    """A monitor's view at ``path``: the node scratch ``local``'s raw files, and the node
+    scratch ``remote`` as node ``host``'s summary answer."""
+    view = slurm_probe.View(path)
+    view.apply(slurm_probe.rank_files(local))
+    view.apply_summary(host, answer_doc(remote, "summary")[0]["summary"])
+    return view
+
+
 def shape(rep):
     return (rep.verdict, list(rep.suspect_ranks), [(list(g.ranks), g.role, g.state) for g in rep.groups])
 
@@ -257,10 +266,7 @@ def test_an_unreachable_nodes_ranks_keep_their_last_positions_and_are_not_judged
     old = time.time() - 60
     for name in os.listdir(os.path.join(b, layout.WATCHDOG_DIR)):
         os.utime(os.path.join(b, layout.WATCHDOG_DIR, name), (old, old))
-    doc, _ = answer_doc(b, "summary")
-    view = slurm_probe.View(str(tmp_path / "view"))
-    view.apply(slurm_probe.rank_files(a))
-    view.apply_summary("hk2", doc["summary"])
+    view = summary_view(str(tmp_path / "view"), a, b)
     silent = report_from_dir(view.path)
     assert silent.verdict == "GONE" and {2, 3} <= set(silent.suspect_ranks), shape(silent)
     write_unreachable(view.path, "hk2", old, [2, 3], "no answer within the probe's 10 s deadline")
@@ -288,10 +294,7 @@ def test_a_change_another_node_reports_is_dated_when_that_node_took_it(tmp_path)
 
     a = node_scratch(str(tmp_path / "a"), (0, 1))
     b = node_scratch(str(tmp_path / "b"), (2, 3))
-    doc, _ = answer_doc(b, "summary")
-    view = slurm_probe.View(str(tmp_path / "view"))
-    view.apply(slurm_probe.rank_files(a))
-    view.apply_summary("hk2", doc["summary"])
+    view = summary_view(str(tmp_path / "view"), a, b)
     facts = [remote_rank(2, "s2", 100.0), remote_rank(3, "s3", 100.0)]
     src = StackSource(view.path, stack_judge(), sample_signal=None, remote_facts=lambda: facts)
     assert src.poll(100.0)["stacks"][0] is False     # the first look: a baseline
@@ -450,10 +453,7 @@ def test_a_suspect_on_an_unreachable_node_is_said_to_be_as_last_seen(tmp_path):
 
     a = node_scratch(str(tmp_path / "a"), (0, 2))
     b = node_scratch(str(tmp_path / "b"), (1, 3))
-    doc, _ = answer_doc(b, "summary")
-    view = slurm_probe.View(str(tmp_path / "view"))
-    view.apply(slurm_probe.rank_files(a))
-    view.apply_summary("hk2", doc["summary"])
+    view = summary_view(str(tmp_path / "view"), a, b)
     write_unreachable(view.path, "hk2", time.time() - 30, [1, 3], "no answer within the probe's 10 s deadline")
     rep = report_from_dir(view.path)
     assert rep.verdict == "SPLIT" and rep.suspect_ranks == [1]
@@ -461,10 +461,8 @@ def test_a_suspect_on_an_unreachable_node_is_said_to_be_as_last_seen(tmp_path):
     assert line.endswith("deadline); suspect rank 1: position as last seen, before the node went silent"), line
     assert "ranks 1,3 as last seen; suspect rank 1: position as last seen, before the node went silent" in render_html(rep)
 
-    clear = node_scratch(str(tmp_path / "c"), (0, 1))
-    view2 = slurm_probe.View(str(tmp_path / "view2"))
-    view2.apply(slurm_probe.rank_files(clear))
-    view2.apply_summary("hk2", answer_doc(node_scratch(str(tmp_path / "d"), (2, 3)), "summary")[0]["summary"])
+    view2 = summary_view(str(tmp_path / "view2"), node_scratch(str(tmp_path / "c"), (0, 1)),
+                         node_scratch(str(tmp_path / "d"), (2, 3)))
     write_unreachable(view2.path, "hk2", time.time() - 30, [2, 3], "no answer within the probe's 10 s deadline")
     rep2 = report_from_dir(view2.path)
     assert rep2.suspect_ranks == [1] and "before the node went silent" not in render_text(rep2)
