@@ -85,6 +85,14 @@ HB_SLOT_INDEX = tuple(o // 8 for o in HB_SLOT_OFFSETS)
 #: records of older versions
 HB_BUSY_OFFSET = HB_DYN_OFFSET + HB_DYN.size  # 352
 HB_BUSY_INDEX = HB_BUSY_OFFSET // 8
+#: two f64 after it, outside the seqlocks (one writer, the watchdog thread; 0.0 in records of
+#: older versions): CLOCK_MONOTONIC seconds when the thread last looked at the main thread's
+#: innermost frame (checked), and when it last found that frame moved since its previous look
+#: (moved).  A reader reads checked before moved; the thread writes moved first.
+HB_CHECKED_OFFSET = HB_BUSY_OFFSET + 8  # 360
+HB_MOVED_OFFSET = HB_CHECKED_OFFSET + 8  # 368
+HB_CHECKED_INDEX = HB_CHECKED_OFFSET // 8
+HB_MOVED_INDEX = HB_MOVED_OFFSET // 8
 #: version 1 (512 bytes, one slot at HB_SEQ_OFFSET) is still read
 HB_V1_SIZE = 512
 
@@ -409,7 +417,34 @@ def dump_main_thread(st=None):
     return True
 
 
-def _main_busy(st):
+def _note_position(st, gen, p0):
+    """Keep the heartbeat's moved/checked times (HB_MOVED_INDEX, HB_CHECKED_INDEX) for the
+    main thread as it is now: its innermost frame ``p0`` (:func:`_main_position`) and every
+    outer frame's identity and instruction (a collective left and a new one entered at another
+    line can reuse the innermost frame's memory, instruction and argument values; its caller's
+    instruction differs).  A monitor that sees this rank's stack change then knows it changed
+    no later than ``moved``, when ``checked`` is at or after the dump that showed it.  No
+    Python frame (p0 None) is no look."""
+    if p0 is None:
+        return
+    f = sys._current_frames().get(st.get("_main_ident"))
+    chain = []
+    while f is not None and len(chain) < 100:  # faulthandler's MAX_FRAME_DEPTH
+        chain.append((id(f), f.f_lasti))
+        f = f.f_back
+    f = None
+    pos = (p0, tuple(chain))
+    now = _monotonic()
+    moved = pos != st.get("_pos")
+    st["_pos"] = pos
+    m = _hbd
+    if m is not None and _gen == gen:
+        if moved:
+            m[HB_MOVED_INDEX] = now
+        m[HB_CHECKED_INDEX] = now
+
+
+def _main_busy(st, p0=None):
     """True if the main thread is running Python.
 
     This thread gives up the GIL for 0.2 ms and takes the time until it has it back.
@@ -430,7 +465,8 @@ def _main_busy(st):
     need = 0.0002 + max(0.002, 0.8 * sys.getswitchinterval())
     clk = st.get("_main_clock")
     c0 = time.clock_gettime(clk) if clk is not None else None
-    p0 = _main_position(st)
+    if p0 is None:
+        p0 = _main_position(st)
     held = False
     for _ in (0, 1):
         t0 = _monotonic()
@@ -516,8 +552,11 @@ def _deadline_loop(gen, st):
                 break
             if got is not None:
                 dump_main_thread(st)
+                _note_position(st, gen, _main_position(st))  # after the dump: checked covers it
                 continue
-            if _main_busy(st):
+            p0 = _main_position(st)
+            _note_position(st, gen, p0)
+            if _main_busy(st, p0):
                 _busy += 1
                 m = _hb
                 if m is not None and _gen == gen:
@@ -544,6 +583,7 @@ def _deadline_loop(gen, st):
                 due += period
                 _set_timer(st, due, absolute=True)
             dump_main_thread(st)
+            _note_position(st, gen, _main_position(st))
     except BaseException:  # never print from a daemon thread; the timer keeps firing
         pass
     finally:

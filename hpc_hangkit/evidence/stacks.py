@@ -416,7 +416,7 @@ class StackSource:
                     self._date(rr)
             elif prev is not None and rr.stack is not None and rr.stack != prev:
                 progressed[rr.rank] = "stack moved (on %s)" % (rr.host or "?")
-                self._date(rr)
+                self._date(rr, "moved_at")
         return ranks
 
     def _request_samples(self, skip_ranks) -> None:
@@ -474,7 +474,7 @@ class StackSource:
             if prev[0] != hb.counter:
                 label = (" (%s)" % hb.label) if getattr(hb, "label", "") else ""
                 progressed[hb.rank] = "heartbeat %d->%d%s" % (prev[0], hb.counter, label)
-                self._date(hb)
+                self._date(hb, "checkpoint_at")
             elif prev[1] != busy:
                 # its watchdog thread found the main thread running Python: computing
                 # (a tight loop's samples all show one line), not waiting in a collective
@@ -482,13 +482,18 @@ class StackSource:
                 self._date(hb)
         return hbs
 
-    def _date(self, fact) -> None:
+    def _date(self, fact, by: Optional[str] = None) -> None:
         """Remember when another node saw the change of a rank process it reports (its
-        ``seen_at``, this monitor's clock), for :meth:`_change_at`; a file of the scratch
-        has none."""
+        ``seen_at``, this monitor's clock; or its attribute ``by``, when that node knows the
+        change happened earlier: ``moved_at`` for a stack, ``checkpoint_at`` for a
+        heartbeat), for :meth:`_change_at`; a file of the scratch has none."""
         seen = getattr(fact, "seen_at", None)
-        if seen is not None:
-            self.dated[fact.rank] = max(seen, self.dated.get(fact.rank, seen))
+        if seen is None:
+            return
+        early = getattr(fact, by, None) if by else None
+        if early is not None:
+            seen = min(seen, early)
+        self.dated[fact.rank] = max(seen, self.dated.get(fact.rank, seen))
 
     def _change_at(self, now: float, progressed: Dict[int, str]) -> float:
         """When the changes of this poll were seen: ``now``, or, when every rank that moved

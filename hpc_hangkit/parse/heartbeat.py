@@ -16,7 +16,7 @@ import os
 import struct
 import time
 import warnings
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from hpc_hangkit import fsio, layout
 
@@ -63,13 +63,26 @@ class Heartbeat:
     seq: int
     path: str
     busy: int = 0
+    checked_mono_s: float = 0.0
+    moved_mono_s: float = 0.0
+
+    def moved_since(self, dumped_mono_s: float) -> Optional[float]:
+        """When (CLOCK_MONOTONIC seconds, this node) the main thread's innermost frame last
+        moved, as the watchdog thread saw it, if that thread has looked at the frame at or
+        after ``dumped_mono_s`` (a dump's time, same clock): then the stack that dump shows
+        was there by that moment, so a change it shows happened no later. None when the
+        thread has not looked since (a main thread holding the GIL in C; a record of an
+        older version: 0.0)."""
+        if self.checked_mono_s <= 0.0 or self.moved_mono_s <= 0.0 or self.checked_mono_s < dumped_mono_s:
+            return None
+        return self.moved_mono_s
 
     def age_s(self, now_wall: Optional[float] = None) -> float:
         """Seconds since the last checkpoint (or arming), by the wall clock."""
         return (time.time() if now_wall is None else now_wall) - self.wall_s
 
 
-def _decode(buf: bytes, slot: bytes, path: str) -> Heartbeat:
+def _decode(buf: bytes, slot: bytes, path: str, moved: Tuple[float, float] = (0.0, 0.0)) -> Heartbeat:
     (magic, version, size, rank, world, local_rank, pid, main_tid, signum, period_s,
      armed_wall_s, armed_mono_s, host) = _fmt.HB_STATIC.unpack_from(buf, 0)
     seq, counter, mono_s, label = _fmt.HB_SLOT.unpack_from(slot, 0)
@@ -80,7 +93,18 @@ def _decode(buf: bytes, slot: bytes, path: str) -> Heartbeat:
         host=host.rstrip(b"\0").decode("utf-8", "replace"), counter=counter,
         label=label.rstrip(b"\0").decode("utf-8", "replace"), wall_s=wall_s, mono_s=mono_s,
         armed_wall_s=armed_wall_s, armed_mono_s=armed_mono_s, period_s=period_s,
-        signal=_fmt.signal_name(signum), signum=signum, seq=seq, path=path, busy=busy)
+        signal=_fmt.signal_name(signum), signum=signum, seq=seq, path=path, busy=busy,
+        checked_mono_s=moved[0], moved_mono_s=moved[1])
+
+
+def _moved_times(get, version: int) -> Tuple[float, float]:
+    """(checked, moved) of a version-2 record, read in that order (the writer stores moved
+    first, so a checked time read here is never newer than the moved time read after it)."""
+    if version < 2:
+        return 0.0, 0.0
+    (checked,) = struct.unpack("<d", get(_fmt.HB_CHECKED_OFFSET, 8))
+    (moved,) = struct.unpack("<d", get(_fmt.HB_MOVED_OFFSET, 8))
+    return checked, moved
 
 
 _TRUNCATED = object()
@@ -187,7 +211,7 @@ def read_heartbeat(path: str, timeout_s: float = 1.0) -> Optional[Heartbeat]:
                                   HeartbeatWarning, stacklevel=2)
                     return None
                 if best is not None:
-                    return _decode(get(0, _fmt.HB_BUSY_OFFSET + 8), best, path)
+                    return _decode(get(0, _fmt.HB_BUSY_OFFSET + 8), best, path, _moved_times(get, version))
                 if time.monotonic() >= deadline:
                     break
                 if tries > 1000:  # first a tight spin (the writer is sub-microsecond), then back off

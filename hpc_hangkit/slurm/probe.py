@@ -138,14 +138,20 @@ def rank_facts_of_node(scratch: str, host: Optional[str] = None,
     in ``scratch``: ``{"rank_<r>.pid<p>.hb": {"rank", "pid", "host", "counter", "busy",
     "label", "armed_mono_s", "stack", "ended", "liveness": [state, seen]}}``. ``stack``:
     :func:`stack_signature` of the newest dump with a main thread in the last ``tail`` bytes
-    of its watchdog log (None without one); ``ended``: it left an exit record. What the
-    monitor needs for progress and liveness without the dumps themselves."""
+    of its watchdog log (None without one); ``ended``: it left an exit record. When known,
+    also ``checkpoint_at`` (epoch s, this node's clock: its last ``checkpoint()``) and
+    ``moved_at`` (epoch s: when its watchdog thread last found the main thread's stack
+    moved, given only when that thread has looked at it since that newest dump was
+    written, :meth:`~hpc_hangkit.parse.heartbeat.Heartbeat.moved_since`): a change the
+    monitor sees in ``stack`` or ``counter`` happened no later than these. What the monitor
+    needs for progress and liveness without the dumps themselves."""
     from hpc_hangkit.parse.faulthandler import parse_faulthandler
     from hpc_hangkit.parse.heartbeat import read_heartbeats
 
     short = (host or socket.gethostname()).split(".")[0]
     live = heartbeat_liveness(scratch, host)
     sigs: Dict[tuple, Optional[str]] = {}
+    dumped: Dict[tuple, float] = {}
     wd = os.path.join(scratch, layout.WATCHDOG_DIR)
     try:
         dfd = os.open(wd, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
@@ -156,14 +162,18 @@ def rank_facts_of_node(scratch: str, host: Optional[str] = None,
             for rf in layout.list_rank_files(dfd, ext="log", known_rank=True):
                 try:
                     _, data, _ = read_tail(dfd, rf.name, 0, tail)
+                    # after the read: no dump read above is newer than this
+                    written = os.stat(rf.name, dir_fd=dfd, follow_symlinks=False).st_mtime
                 except OSError:
                     continue
                 sig = None
                 for smp in parse_faulthandler(data, rf.name).samples:
                     sig = stack_signature(smp) or sig
                 sigs[(rf.rank, rf.pid)] = sig
+                dumped[(rf.rank, rf.pid)] = written
         finally:
             os.close(dfd)
+    wall, mono = time.time(), time.monotonic()  # this node's two clocks, read together
     out = {}
     for hb in read_heartbeats(os.path.join(scratch, layout.HEARTBEAT_DIR)):
         if (hb.host or "").split(".")[0] != short or hb.rank is None or hb.rank < 0:
@@ -174,6 +184,12 @@ def rank_facts_of_node(scratch: str, host: Optional[str] = None,
                      "busy": int(getattr(hb, "busy", 0) or 0), "label": hb.label or "",
                      "armed_mono_s": float(hb.armed_mono_s), "stack": sigs.get((hb.rank, hb.pid)),
                      "ended": lv[0] == ENDED, "liveness": list(lv)}
+        if hb.counter:
+            out[name]["checkpoint_at"] = round(wall - (mono - hb.mono_s), 3)
+        w = dumped.get((hb.rank, hb.pid))
+        moved = hb.moved_since(mono - (wall - w)) if w is not None else None
+        if moved is not None:
+            out[name]["moved_at"] = round(wall - (mono - moved), 3)
     return out
 
 

@@ -228,10 +228,12 @@ class RemoteRank:
     name), ``stack`` (signature of its newest main-thread stack, or None), ``ended``;
     ``seen_at``: when (the monitor's monotonic clock, seconds) its node took these facts
     (:meth:`SlurmStackSource.taken_mono`), None when unknown: a change they show happened
-    by then, not when the answer reached the monitor."""
+    by then, not when the answer reached the monitor. ``moved_at`` / ``checkpoint_at``: the
+    node's ``moved_at`` / ``checkpoint_at`` on the same clock (no later than ``seen_at``;
+    None when unknown): a change of ``stack`` / ``counter`` happened by then."""
 
     __slots__ = ("rank", "pid", "host", "counter", "busy", "label", "armed_mono_s", "path", "stack", "ended",
-                 "seen_at")
+                 "seen_at", "moved_at", "checkpoint_at", "_node_times")
 
     def __init__(self, name: str, f: dict):
         self.path = name
@@ -246,6 +248,32 @@ class RemoteRank:
         self.stack = str(st) if st else None
         self.ended = bool(f.get("ended"))
         self.seen_at: Optional[float] = None
+        self.moved_at: Optional[float] = None
+        self.checkpoint_at: Optional[float] = None
+        self._node_times = (_epoch(f.get("moved_at")), _epoch(f.get("checkpoint_at")))
+
+    def date(self, seen_at: Optional[float], taken_at) -> None:
+        """Set ``seen_at`` and, from the node's ``moved_at``/``checkpoint_at`` and the
+        ``taken_at`` of the same answer (one node's clock: its offset cancels), ``moved_at``
+        and ``checkpoint_at`` on ``seen_at``'s clock, never after it."""
+        self.seen_at = seen_at
+        taken = _epoch(taken_at)
+        if seen_at is None or taken is None:
+            return
+        moved, ckpt = self._node_times
+        if moved is not None:
+            self.moved_at = seen_at - max(0.0, taken - moved)
+        if ckpt is not None:
+            self.checkpoint_at = seen_at - max(0.0, taken - ckpt)
+
+
+def _epoch(v) -> Optional[float]:
+    """``v`` as a finite float (epoch seconds), else None."""
+    try:
+        t = float(v)
+    except (TypeError, ValueError):
+        return None
+    return t if t == t and t not in (float("inf"), float("-inf")) else None
 
 
 class SlurmStackSource:
@@ -387,7 +415,7 @@ class SlurmStackSource:
                 rr = RemoteRank(str(name), f)
             except (KeyError, TypeError, ValueError):
                 continue
-            rr.seen_at = seen_at
+            rr.date(seen_at, doc["summary"].get("taken_at"))
             ranks[rr.path] = rr
             lv = f.get("liveness")
             if isinstance(lv, list) and len(lv) == 2 and lv[0] in (ALIVE, GONE, ENDED, UNKNOWN):

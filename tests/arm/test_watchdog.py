@@ -455,6 +455,55 @@ def test_busy_rank_without_checkpoints_is_dumped_by_the_watchdog_thread(spawn, t
     assert all(d[-1][2] == "<module>" for d in ds)
 
 
+@pytest.mark.timeout(60)
+def test_the_heartbeat_says_when_the_stack_last_moved_even_into_the_same_call_elsewhere(spawn, tmp_path):
+    """The watchdog thread keeps in the heartbeat when it last found the main thread's stack
+    moved (``moved_mono_s``) and when it last looked (``checked_mono_s``): a rank that leaves
+    one blocking call and enters the same function from another line (a collective, then the
+    same collective elsewhere: its frame can reuse the memory, instruction and argument values
+    of the first) is seen to move then, never dated before it; while it waits, the look
+    advances and the move stays put."""
+    log = str(tmp_path / "w" / "rank_0.pid.log")
+    script = write(tmp_path, "prog.py", """
+        import os, sys, time
+        from hpc_hangkit.arm import watchdog
+        watchdog.watch(sys.argv[1], period_s=0.4)
+
+        def collective(fd):
+            return os.read(fd, 1)
+
+        print("first %.6f" % time.monotonic(), flush=True)
+        collective(0)   # released by the test
+        print("second %.6f" % time.monotonic(), flush=True)
+        collective(0)   # never released
+        """)
+    p = spawn([PYTHON, script, log], env=clean_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    hb_path = log[:-len(".log")] + ".hb"
+
+    def hb():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", HeartbeatWarning)
+            return read_heartbeat(hb_path)
+
+    t1 = float(p.stdout.readline().split()[1])
+    wait_for(lambda: blocked_in(p.pid) == "read", 30, what="the first call to block")
+    first = wait_for(lambda: (lambda h: h if h and h.checked_mono_s > t1 + 0.3 else None)(hb()), 30,
+                     what="a look well after the first call started")
+    assert t1 <= first.moved_mono_s <= first.checked_mono_s
+    p.stdin.write(b"x")
+    p.stdin.flush()
+    t2 = float(p.stdout.readline().split()[1])
+    wait_for(lambda: blocked_in(p.pid) == "read", 30, what="the second call to block")
+    second = wait_for(lambda: (lambda h: h if h and h.checked_mono_s > t2 + 0.3 else None)(hb()), 30,
+                      what="a look well after the second call started")
+    assert second.moved_mono_s >= t2, (second.moved_mono_s, t2)  # moved, and never dated early
+    later = wait_for(lambda: (lambda h: h if h and h.checked_mono_s > second.checked_mono_s + 0.3 else None)(hb()),
+                     30, what="more looks while it waits")
+    assert later.moved_mono_s == second.moved_mono_s
+    assert later.moved_since(later.checked_mono_s) == second.moved_mono_s
+    assert later.moved_since(later.checked_mono_s + 1.0) is None  # not looked at since that time
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(150)
 def test_scenario_10_arm_disarm_under_load_and_thread_churn(spawn, tmp_path):

@@ -276,11 +276,16 @@ def test_an_unreachable_nodes_ranks_keep_their_last_positions_and_are_not_judged
     assert [u["ranks"] for u in held.unreachable] == ["2-3"]
 
 
-def remote_rank(rank, stack, seen_at, host="hk2"):
-    rr = slurm_sources.RemoteRank("rank_%d.pid%d.hb" % (rank, 4000 + rank), {
-        "rank": rank, "pid": 4000 + rank, "host": host, "counter": 0, "busy": 0, "label": "",
-        "armed_mono_s": 1.0, "stack": stack, "ended": False})
-    rr.seen_at = seen_at
+def remote_rank(rank, stack, seen_at, host="hk2", counter=0, **node_times):
+    """Rank ``rank``'s facts as another node's answer gives them, taken when this monitor's
+    clock read ``seen_at``; ``node_times``: ``moved_at``/``checkpoint_at`` as that many seconds
+    before the take (the node's clock)."""
+    taken = 5000.0  # the node's clock: any offset from the monitor's
+    rr = slurm_sources.RemoteRank("rank_%d.pid%d.hb" % (rank, 4000 + rank), dict({
+        "rank": rank, "pid": 4000 + rank, "host": host, "counter": counter, "busy": 0, "label": "",
+        "armed_mono_s": 1.0, "stack": stack, "ended": False},
+        **{k: taken - ago for k, ago in node_times.items()}))
+    rr.date(seen_at, taken)
     return rr
 
 
@@ -317,6 +322,79 @@ def test_a_change_another_node_reports_is_dated_when_that_node_took_it(tmp_path)
     assert both[1].progressed[0].startswith("new process")
     stalled, _, since = src.poll(119.0)["stacks"]
     assert stalled and since == 118.0
+
+
+def test_a_change_is_dated_when_its_node_knows_it_happened_before_the_take(tmp_path):
+    """The node's answer says when the rank's stack last moved (``moved_at``, its watchdog
+    thread's look) and when it last checked in (``checkpoint_at``): a change of stack or
+    heartbeat counter is dated then, not when the node took its answer (seconds of probe
+    later); a time after the take counts as the take."""
+    from hpc_hangkit.detect.monitor import stack_judge
+    from hpc_hangkit.evidence.stacks import StackSource
+
+    a = node_scratch(str(tmp_path / "a"), (0, 1))
+    b = node_scratch(str(tmp_path / "b"), (2, 3))
+    view = summary_view(str(tmp_path / "view"), a, b)
+    facts = [remote_rank(2, "s2", 100.0), remote_rank(3, "s3", 100.0)]
+    src = StackSource(view.path, stack_judge(), sample_signal=None, remote_facts=lambda: facts)
+    assert src.poll(100.0)["stacks"][0] is False     # the first look: a baseline
+    facts[1] = remote_rank(3, "s3-moved", 108.0, moved_at=5.5)
+    assert src.poll(109.0)["stacks"][0] is False
+    stalled, _, since = src.poll(110.0)["stacks"]
+    assert stalled and since == 102.5
+
+    facts[0] = remote_rank(2, "s2", 115.0, counter=4, checkpoint_at=2.0)  # a check-in, no move
+    got = src.poll(116.0)["stacks"]
+    assert got[0] is False and got[1].progressed[2].startswith("heartbeat 0->4")
+    stalled, _, since = src.poll(117.0)["stacks"]
+    assert stalled and since == 113.0
+
+    facts[1] = remote_rank(3, "s3-again", 120.0, moved_at=-3.0)  # the node's look came after its take
+    src.poll(121.0)
+    stalled, _, since = src.poll(122.0)["stacks"]
+    assert stalled and since == 120.0
+
+
+@pytest.mark.timeout(90)
+def test_a_node_answer_says_when_its_blocked_rank_last_moved_and_its_busy_rank_checked_in(spawn, tmp_path):
+    """Real armed ranks (watchdog period 0.4 s: the watchdog thread looks every 0.1 s): the
+    node's facts give the blocked rank's last move (before the answer, never before it
+    blocked, the same at the next answer) and the computing rank's last check-in; a dump
+    newer than the watchdog thread's last look (a C-level dump: that thread could not run)
+    gives no move time."""
+    import time
+
+    from testlib import blocked_in
+
+    spawned = time.time()
+    remote, procs, _ = start_two_ranks(spawn, tmp_path, 0.4)
+    wait_for(lambda: blocked_in(procs[0].pid) not in (None, "running"), 30, what="rank 0 blocked")
+    blocked = time.time()
+    hb_dir = os.path.join(remote, layout.HEARTBEAT_DIR)
+    # (a dump of the blocked stack, and looks of the watchdog thread well after it)
+    wait_for(lambda: any(h.rank == 0 and h.checked_mono_s > time.monotonic() - 0.05 for h in read_heartbeats(hb_dir))
+             and time.time() > blocked + 1.0, 30, what="looks after rank 0 blocked")
+
+    def facts():
+        before = time.time()
+        got = {f["rank"]: f for f in slurm_probe.rank_facts_of_node(remote).values()}
+        return got, before, time.time()
+
+    got, before, after = facts()
+    r0, r1 = got[0], got[1]
+    assert "checkpoint_at" not in r0 and r0["counter"] == 0
+    assert spawned < r0["moved_at"] <= after
+    assert r1["counter"] > 0 and before - 30 < r1["checkpoint_at"] <= after
+    wait_for(lambda: any(h.rank == 0 and h.checked_mono_s > time.monotonic() - 0.05 for h in read_heartbeats(hb_dir))
+             and time.time() > after + 0.5, 30, what="more looks")
+    again, _, _ = facts()
+    assert again[0]["moved_at"] == r0["moved_at"] and again[0]["stack"] == r0["stack"]
+    wd = os.path.join(remote, layout.WATCHDOG_DIR)
+    log0 = next(n for n in os.listdir(wd) if n.startswith("rank_0."))
+    future = time.time() + 60
+    os.utime(os.path.join(wd, log0), (future, future))
+    late, _, _ = facts()
+    assert "moved_at" not in late[0] and late[0]["stack"] == r0["stack"]
 
 
 def test_the_time_a_node_took_its_answer_is_kept_within_the_probe(tmp_path):
