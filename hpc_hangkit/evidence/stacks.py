@@ -413,7 +413,7 @@ class StackSource:
             if new_proc:
                 if not self._first:
                     progressed[rr.rank] = "new process rank_%d.pid%d on %s" % (rr.rank, rr.pid, rr.host or "?")
-                    self._date(rr)
+                    self._date(rr, "moved_at")  # (its watchdog's first look, after it started, is a move)
             elif prev is not None and rr.stack is not None and rr.stack != prev:
                 progressed[rr.rank] = "stack moved (on %s)" % (rr.host or "?")
                 self._date(rr, "moved_at")

@@ -354,6 +354,12 @@ def test_a_change_is_dated_when_its_node_knows_it_happened_before_the_take(tmp_p
     stalled, _, since = src.poll(122.0)["stacks"]
     assert stalled and since == 120.0
 
+    facts.append(remote_rank(4, "s4", 130.0, moved_at=4.0))  # a process that started late
+    got = src.poll(131.0)["stacks"]
+    assert got[0] is False and got[1].progressed[4].startswith("new process")
+    stalled, _, since = src.poll(132.0)["stacks"]
+    assert stalled and since == 126.0
+
 
 @pytest.mark.timeout(90)
 def test_a_node_answer_says_when_its_blocked_rank_last_moved_and_its_busy_rank_checked_in(spawn, tmp_path):
