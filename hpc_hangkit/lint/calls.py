@@ -349,7 +349,8 @@ class Project:
                     stmts = [x for x in (local if local is not None else walk_local(node))
                              if isinstance(x, ast.Return) and x.value is not None]
                     kept = [x.value for x in stmts if id(x) not in single]
-            self._agreement(mod, ff, kept, attr_vals, agreed, local if local is not None else walk_local(node))
+            self._agreement(mod, ff, kept, attr_vals, agreed, local if local is not None else walk_local(node),
+                            taint)
         for r in rets:
             if taint is not None:
                 ff.ret_level = max(ff.ret_level, taint.level_at(r, r.lineno))
@@ -425,9 +426,12 @@ class Project:
             self._local_alias = (mod, frozenset(_local_aliases(mod)))
         return not words.isdisjoint(self._local_alias[1])
 
-    def _agreement(self, mod, ff, rets, attr_vals, agreed, nodes):
+    def _agreement(self, mod, ff, rets, attr_vals, agreed, nodes, taint=None):
         """Which of ``ff``'s return values and ``self`` attribute assignments are agreed through
-        a collective (:attr:`~hpc_hangkit.lint.model.FuncFacts.ret_agreed`, ``agreed_attrs``)."""
+        a collective (:attr:`~hpc_hangkit.lint.model.FuncFacts.ret_agreed`, ``agreed_attrs``).
+        ``taint`` (when built): an attribute assigned a tuple of locals, each of which holds
+        at that line only values of one agreeing tree call (``self._result = (p, r)`` after
+        ``p = broadcast(p)``, ``r = broadcast(r)``), is agreed when that call is."""
         deps = _deps(nodes) if agreed else {}
 
         def agreed_value(e):
@@ -455,7 +459,7 @@ class Project:
                 refs = set().union(*[g for g in got if g])
                 ff.ret_agreed = refs or False
         for key, value in attr_vals:
-            got = agreed_value(value)
+            got = _agreed_parts(value, taint, agreed_value)
             if got:
                 old = ff.agreed_attrs.get((ff.cls, key))
                 ff.agreed_attrs[(ff.cls, key)] = True if (got is True or old is True) else (old or set()) | got
@@ -1629,6 +1633,30 @@ def _deps(nodes):
             for x in names_of(n.target):
                 deps.setdefault(x, set()).update(used)
     return deps
+
+
+def _agreed_parts(e, taint, agreed_value, depth=0):
+    """:meth:`Project._agreement`'s verdict on an attribute's value ``e``: ``agreed_value(e)``,
+    or for a tuple of locals, each holding at that line only agreed values (``taint``'s
+    :meth:`~hpc_hangkit.lint.taint.Taint.reaching_values`): True, or the one tree call they all
+    come from (its agreement is decided after propagation); False otherwise."""
+    if depth > 2:
+        return False
+    if isinstance(e, ast.Tuple) and e.elts and depth == 0:
+        parts = [_agreed_parts(x, taint, agreed_value, depth + 1) for x in e.elts]
+    elif isinstance(e, ast.Name) and taint is not None and depth > 0:
+        vals = taint.reaching_values(e.id, e.lineno)
+        if not vals:
+            return False
+        parts = [agreed_value(v) for v in vals]
+    else:
+        return agreed_value(e)
+    if not all(parts):
+        return False
+    refs = set().union(*[g for g in parts if g is not True])
+    if not refs:
+        return True
+    return refs if len(refs) == 1 else False
 
 
 def _closure(e, deps):

@@ -196,7 +196,7 @@ class ModuleFacts:
 
     __slots__ = ("path", "key", "name", "imports", "stars", "funcs", "bases", "attr_levels", "ignores", "lines",
                  "tree", "is_package", "has_p2p", "local", "rankish", "attr_types", "collective_attrs",
-                 "attr_agreed", "words")
+                 "attr_agreed", "words", "comm_receivers")
 
     def __init__(self, path, name, tree, text, is_package=False):
         self.path = path
@@ -224,6 +224,8 @@ class ModuleFacts:
         self.local = {}
         #: id(scope) -> the words its code spells (:func:`scopes`)
         self.words = {}
+        #: plain names the module calls a distinctive collective method on (:func:`comm_receivers`)
+        self.comm_receivers = frozenset()
 
     def line_text(self, line):
         """The stripped source text of 1-based ``line`` ('' when out of range)."""
@@ -552,10 +554,31 @@ def load_module(path, text=None, name=None):
                       is_package=os.path.basename(path) == "__init__.py")
     mod.local, imports, mod.words = scopes(tree)
     _imports(mod, imports)
+    mod.comm_receivers = comm_receivers(mod)
     for node in tree.body:
         if isinstance(node, ast.ClassDef):
             mod.bases[node.name] = [".".join(d) for d in (dotted(b) for b in node.bases) if d]
     return mod
+
+
+def comm_receivers(mod):
+    """The plain names (not ``self``/``cls``, not imported) on which ``mod`` calls a collective
+    method of a distinctive name (``_model.all_reduce(...)``, :data:`~hpc_hangkit.lint.collectives.DISTINCT`):
+    such a receiver is a communicator by the code's own use, as a name like ``comm`` is by its
+    spelling, so its generic collective methods (``_model.broadcast``, ``_model.barrier``) are
+    collectives too. Scopes whose words name no such method are not scanned."""
+    from hpc_hangkit.lint import collectives as C
+    out = set()
+    for sid, ws in mod.words.items():
+        if ws.isdisjoint(C.DISTINCT):
+            continue
+        for n in mod.local.get(sid, ()):
+            if n.__class__ is ast.Call:
+                f = n.func
+                if f.__class__ is ast.Attribute and f.attr in C.DISTINCT and f.value.__class__ is ast.Name and \
+                        f.value.id not in ("self", "cls") and f.value.id not in mod.imports:
+                    out.add(f.value.id)
+    return frozenset(out)
 
 
 def enclosing_chain(fn_node, line):

@@ -535,6 +535,25 @@ class Taint:
                 lv = l
         return lv
 
+    def reaching_values(self, name, at):
+        """The values of the assignments of local ``name`` that can reach a read at line ``at``
+        (as :meth:`_reaching` counts them); None when there are none, when one of them is not a
+        plain ``name = value``, or when ``name`` is a parameter or a global."""
+        if name in self._fn_params or name in self.shared:
+            return None
+        out = []
+        for (target, value, conds, part), line in zip(self._assigns, self._lines):
+            if name not in _names(target):
+                continue
+            if not (line < at or any(a <= line <= b and a <= at <= b for a, b in self.loops)):
+                continue
+            if self._killed(name, line, at) or self._apart(line, at):
+                continue
+            if not (isinstance(target, ast.Name) and part is None):
+                return None
+            out.append(value)
+        return out or None
+
     def _apart(self, line, at):
         """True when the statement at ``line`` and the one at ``at`` stand in the two branches of
         one ``if``/``else`` (or two cases of one ``match``) and no loop holds both: one never
@@ -1091,6 +1110,7 @@ def _dominance(fn):
     body = getattr(fn, "body", None)
     if not isinstance(body, list):
         return paths, killers, owners
+    sizes = world_locals(fn)
     stack = [(body, ())]
     while stack:
         stmts, prefix = stack.pop()
@@ -1107,6 +1127,17 @@ def _dominance(fn):
                     # the flag is or-ed with every rank's copy of itself: whatever this rank
                     # set before, after the loop it holds what every rank holds
                     killers.setdefault(flag, []).append((st.lineno, path))
+            if isinstance(st, ast.If):
+                side = single_process(st.test, sizes)
+                if side is not None:
+                    # the other side runs only without other ranks: on every run that has them,
+                    # a plain assignment at the top of this side runs before every read after
+                    # the `if`, as if it stood here (`if ws > 1: x = broadcast(x, src=0)`)
+                    for b in (st.orelse if side == "body" else st.body):
+                        if _leaves(b):
+                            break
+                        for n in _plain_names(b):
+                            killers.setdefault(n, []).append((b.lineno, path))
             if isinstance(st, ast.While) and _runs_once(stmts[i - 1] if i else None, st.test):
                 # its body runs at least once: a plain assignment at its top level, before any
                 # break or continue, runs before every read after the loop, as if it stood here
@@ -1579,10 +1610,11 @@ def _pairs(target, value, conds):
     return [(target, value, conds, None)]
 
 
-def single_process(test):
+def single_process(test, sizes=()):
     """Which part of ``if test:`` runs only when there is one process: ``"body"`` for ``not
     dist.is_initialized()``, ``world_size == 1``, ``get_world_size() < 2``, ``not
-    args.distributed``; ``"orelse"`` for their opposites; None otherwise."""
+    args.distributed``; ``"orelse"`` for their opposites; None otherwise. ``sizes``: local
+    names that hold the number of processes (:func:`world_locals`: ``ws > 1``)."""
     neg = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
     inner = test.operand if neg else test
     if _is_dist_flag(inner):
@@ -1598,7 +1630,8 @@ def single_process(test):
         return None
     if isinstance(inner, ast.Compare) and len(inner.ops) == 1 and not neg:
         left, op, right = inner.left, inner.ops[0], inner.comparators[0]
-        if not (_is_world_size(left) and isinstance(right, ast.Constant) and isinstance(right.value, int)):
+        if not ((_is_world_size(left) or (isinstance(left, ast.Name) and left.id in sizes)) and
+                isinstance(right, ast.Constant) and isinstance(right.value, int)):
             return None
         v = right.value
         if (isinstance(op, ast.Eq) and v == 1) or (isinstance(op, ast.Lt) and v == 2) or \
@@ -1607,6 +1640,21 @@ def single_process(test):
         if (isinstance(op, (ast.NotEq, ast.Gt)) and v == 1) or (isinstance(op, ast.GtE) and v == 2):
             return "orelse"
     return None
+
+
+def world_locals(fn):
+    """The local names of function ``fn`` whose every assignment is a plain ``x =
+    <...>.get_world_size(...)`` (or ``Get_size()``): they hold the number of processes, the
+    same on every rank (``ws = idist.get_world_size()``)."""
+    good, bad = set(), set()
+    for n in walk_local(fn):
+        if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) and \
+                _is_world_size(n.value) and isinstance(n.value, ast.Call):
+            good.add(n.targets[0].id)
+        elif isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor, ast.NamedExpr,
+                            ast.withitem, ast.comprehension)):
+            bad.update(_assigned_names(n))
+    return frozenset(good - bad - set(_params(fn)))
 
 
 def single_process_returns(fn):
@@ -1717,6 +1765,8 @@ def call_kind(mod, call):
         return None, None
     q = qualify(mod, parts) if parts else None
     kind = C.classify_call(q, method, receiver)
+    if kind is None and q is None and method in C.GENERIC and recv and len(recv) == 1 and recv[0] in mod.comm_receivers:
+        kind = "collective"  # `_model.broadcast()` where the module calls `_model.all_reduce()`
     if kind is None and method in C.SYNC_LOG_METHODS and any(
             k.arg == "sync_dist" and not (isinstance(k.value, ast.Constant) and not k.value.value)
             for k in call.keywords):

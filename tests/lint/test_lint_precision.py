@@ -1567,3 +1567,223 @@ def test_a_gathered_enumeration_is_agreed_only_through_single_process_returns(tm
     found = lint_tree(tmp_path, {"prog.py": src})
     line = marks(src, "GROUP")
     assert found == [("prog.py", code, line, line)], found
+
+
+#: the helpers of look-alikes p26 and p27: every collective called on a module global
+#: (`_model.all_gather`, `_model.broadcast`, `_model.barrier`), as pytorch-ignite's
+#: ignite.distributed does
+MODULE_GLOBAL_HELPERS = """import torch
+import torch.distributed as dist
+
+
+class _SerialModel:
+    def get_world_size(self):
+        return 1
+
+    def get_rank(self):
+        return 0
+
+    def all_gather(self, tensor):
+        return tensor
+
+    def broadcast(self, tensor, src=0):
+        return tensor
+
+    def barrier(self):
+        pass
+
+
+class _NativeModel(_SerialModel):
+    def get_world_size(self):
+        return dist.get_world_size()
+
+    def get_rank(self):
+        return dist.get_rank()
+
+    def all_gather(self, tensor):
+        out = torch.empty((dist.get_world_size(),) + tuple(tensor.shape), dtype=tensor.dtype)
+        dist.all_gather_into_tensor(out, tensor)
+        return out.flatten(0, 1)
+
+    def broadcast(self, tensor, src=0):
+        obj = [tensor]
+        dist.broadcast_object_list(obj, src=src)
+        return obj[0]
+
+    def barrier(self):
+        dist.barrier()
+
+
+_model = _SerialModel()
+
+
+def setup():
+    global _model
+    if dist.is_initialized():
+        _model = _NativeModel()
+
+
+def get_world_size():
+    return _model.get_world_size()
+
+
+def get_rank():
+    return _model.get_rank()
+
+
+def all_gather(tensor):
+    return _model.all_gather(tensor)
+
+
+def broadcast(tensor, src=0):
+    return _model.broadcast(tensor, src=src)
+
+
+def barrier():
+    _model.barrier()
+"""
+
+#: the shapes of p26 and p27 where the stored result can still differ between ranks: the lint
+#: still reports the all_gather under the test of the result (through `ws`, assigned under it)
+MODULE_GLOBAL_RESULTS = {
+    # rank 0's result is never broadcast: the other ranks keep 0.0
+    "rank_zero_result_never_broadcast": ("HK101", MODULE_GLOBAL_HELPERS + """
+class EpochMetric:
+    def __init__(self, compute_fn):
+        self.compute_fn = compute_fn
+        self._predictions = []
+        self._result = None
+
+    def compute(self):
+        if self._result is None:
+            prediction = torch.cat(self._predictions, dim=0)
+            ws = get_world_size()
+            if ws > 1:  # BRANCH
+                prediction = all_gather(prediction)  # HERE
+            self._result = 0.0
+            if get_rank() == 0:
+                self._result = self.compute_fn(prediction)
+        return self._result
+"""),
+    # `broadcast` of a receiver the module calls no distinctive collective on (a local event
+    # bus): not a collective, the result stays rank 0's
+    "broadcast_method_of_a_receiver_with_no_distinctive_collective": ("HK101", MODULE_GLOBAL_HELPERS + """
+class _Events:
+    def __init__(self):
+        self.listeners = []
+
+    def broadcast(self, value, src=0):
+        for fn in self.listeners:
+            value = fn(value)
+        return value
+
+
+_events = _Events()
+
+
+class EpochMetric:
+    def __init__(self, compute_fn):
+        self.compute_fn = compute_fn
+        self._predictions = []
+        self._result = None
+
+    def compute(self):
+        if self._result is None:
+            prediction = torch.cat(self._predictions, dim=0)
+            ws = get_world_size()
+            if ws > 1:  # BRANCH
+                prediction = all_gather(prediction)  # HERE
+            self._result = 0.0
+            if get_rank() == 0:
+                self._result = self.compute_fn(prediction)
+            if ws > 1:
+                self._result = _events.broadcast(self._result, src=0)
+        return self._result
+"""),
+    # the broadcasts run only with more than two processes: with two, rank 1 keeps None
+    "broadcast_under_a_test_that_is_not_single_process": ("HK101", MODULE_GLOBAL_HELPERS + """
+class PrecisionRecallCurve:
+    def __init__(self, compute_fn):
+        self.compute_fn = compute_fn
+        self._predictions = []
+        self._result = None
+
+    def compute(self):
+        if self._result is None:
+            prediction = torch.cat(self._predictions, dim=0)
+            ws = get_world_size()
+            if ws > 1:  # BRANCH
+                prediction = all_gather(prediction)  # HERE
+            if get_rank() == 0:
+                precision, recall = self.compute_fn(prediction)
+            else:
+                precision, recall = None, None
+            if ws > 2:
+                precision = broadcast(precision, src=0)
+                recall = broadcast(recall, src=0)
+            self._result = (precision, recall)
+        return self._result
+"""),
+    # one element of the stored tuple is never broadcast
+    "one_element_of_the_tuple_not_broadcast": ("HK101", MODULE_GLOBAL_HELPERS + """
+class PrecisionRecallCurve:
+    def __init__(self, compute_fn):
+        self.compute_fn = compute_fn
+        self._predictions = []
+        self._result = None
+
+    def compute(self):
+        if self._result is None:
+            prediction = torch.cat(self._predictions, dim=0)
+            ws = get_world_size()
+            if ws > 1:  # BRANCH
+                prediction = all_gather(prediction)  # HERE
+            if get_rank() == 0:
+                precision, recall = self.compute_fn(prediction)
+            else:
+                precision, recall = None, None
+            if ws > 1:
+                precision = broadcast(precision, src=0)
+
+            self._result = (precision, recall)
+        return self._result
+"""),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MODULE_GLOBAL_RESULTS))
+def test_a_result_not_broadcast_on_every_multi_process_run_is_still_flagged(tmp_path, name):
+    code, src = MODULE_GLOBAL_RESULTS[name]
+    found = lint_tree(tmp_path, {"prog.py": src})
+    assert ("prog.py", code, marks(src, "HERE"), marks(src, "BRANCH")) in found, found
+
+
+def test_a_generic_collective_on_a_module_global_that_also_runs_a_distinctive_one_is_a_collective(tmp_path):
+    # `_model.barrier()` is a barrier because the module calls `_model.all_gather`: rank 0
+    # alone reaching it hangs (before, no collective was seen here at all)
+    expect(tmp_path, MODULE_GLOBAL_HELPERS + """
+def save(path, state):
+    if get_rank() == 0:  # BRANCH
+        torch.save(state, path)
+        barrier()  # HERE
+""", "HK101")
+
+
+def test_a_generic_method_on_a_receiver_with_no_distinctive_collective_is_no_collective(tmp_path):
+    silent(tmp_path, """
+class _Events:
+    def __init__(self):
+        self.listeners = []
+
+    def barrier(self):
+        for fn in self.listeners:
+            fn()
+
+
+_events = _Events()
+
+
+def save(rank, state):
+    if rank == 0:
+        _events.barrier()
+""")
