@@ -88,6 +88,12 @@ class Taint:
         self.shared = set()
         #: local name -> {line of an assignment: its level} (levels above 0 only)
         self.sites = {}
+        #: (name, line of an assignment) -> (its value's level, [(a branch condition's level,
+        #: (first, last) line of the side of that ``if`` holding the assignment)]) where a
+        #: condition raised the site's level: a read on that same side counts only the value
+        self._site_conds = {}
+        #: id(``if`` test) -> the (first, last) lines of its body and of its ``else`` (or None)
+        self._sides = {}
         #: the line a value is read at (:meth:`level_at`); None: anywhere in the function
         self._at = None
         self._fn_params = set()
@@ -166,14 +172,24 @@ class Taint:
                 self._at = line or None
                 lv = self.level(value) if part in (None, "element") else self._elem_level(value, part) \
                     if isinstance(part, int) else self._part_level(value, part)
+                base, sided = lv, []
                 if conds:
                     for kind, c in conds:
-                        if lv == 2:
+                        if lv == 2 and not sided:
                             break
-                        lv = max(lv, 1 if kind == "except" else self._cond_level(c))
+                        clv = 1 if kind == "except" else self._cond_level(c)
+                        side = self._side_of(c, line) if kind == "if" and clv > base else None
+                        if side is not None:
+                            sided.append((clv, side))
+                        elif clv > base:
+                            base = clv
+                        lv = max(lv, clv)
                 self._at = None
                 if not lv:
                     continue
+                if sided and max(c for c, _ in sided) > base:
+                    for name in _names(target):
+                        self._site_conds[(name, line)] = (base, sided)
                 for name in _names(target):
                     site = self.sites.setdefault(name, {})
                     if site.get(line, 0) < lv:
@@ -260,6 +276,7 @@ class Taint:
                     self._scan_guards(st.orelse if side == "body" else st.body, conds)
                     continue
                 c = conds + (("if", st.test),)
+                self._sides[id(st.test)] = (_span(st.body), _span(st.orelse) if st.orelse else None)
                 self._scan_guards(st.body, c)
                 self._scan_guards(st.orelse, c)
             elif isinstance(st, ast.Try) or type(st).__name__ == "TryStar":
@@ -523,16 +540,33 @@ class Taint:
             self._counted = _counted_containers(self.fn, self.agreed, self.mod.local.get(id(self.fn)))
         return tuple(d) in self._counted
 
+    def _side_of(self, test, line):
+        """The (first, last) lines of the side of the ``if`` with ``test`` that holds ``line``
+        (None when neither does)."""
+        sides = self._sides.get(id(test))
+        if sides is None:
+            return None
+        for side in sides:
+            if side is not None and side[0] <= line <= side[1]:
+                return side
+        return None
+
     def _reaching(self, sites, name=None):
         """The highest level of the assignments in ``sites`` ({line: level}) that can reach a
         read at line ``self._at``: those before it, and those in a loop around both; less those
-        that a plain assignment of ``name`` always replaces first (:meth:`_killed`)."""
+        that a plain assignment of ``name`` always replaces first (:meth:`_killed`). A read on
+        the same side of an ``if`` as an assignment runs only where that side runs: the ``if``'s
+        condition does not add to that assignment's level there."""
         at = self._at
         lv = 0
         for line, l in sites.items():
             if l > lv and (line < at or any(a <= line <= b and a <= at <= b for a, b in self.loops)) and \
                     not (name is not None and (self._killed(name, line, at) or self._apart(line, at))):
-                lv = l
+                got = self._site_conds.get((name, line)) if name is not None else None
+                if got is not None:
+                    base, sided = got
+                    l = max([base] + [c for c, (a, b) in sided if not (a <= at <= b and line < at)])
+                lv = max(lv, l)
         return lv
 
     def reaching_values(self, name, at):
@@ -1098,6 +1132,11 @@ def _first_and_last(values):
             if w in words:
                 into.add((tuple(d[:-1]), "_".join("*" if x == w else x for x in words), args))
     return bool(firsts & lasts)
+
+
+def _span(stmts):
+    """(first, last) line of a statement list."""
+    return stmts[0].lineno, getattr(stmts[-1], "end_lineno", None) or stmts[-1].lineno
 
 
 def _dominance(fn):

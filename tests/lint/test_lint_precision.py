@@ -1655,10 +1655,10 @@ class EpochMetric:
         self._result = None
 
     def compute(self):
-        if self._result is None:
+        if self._result is None:  # BRANCH
             prediction = torch.cat(self._predictions, dim=0)
             ws = get_world_size()
-            if ws > 1:  # BRANCH
+            if ws > 1:
                 prediction = all_gather(prediction)  # HERE
             self._result = 0.0
             if get_rank() == 0:
@@ -1688,10 +1688,10 @@ class EpochMetric:
         self._result = None
 
     def compute(self):
-        if self._result is None:
+        if self._result is None:  # BRANCH
             prediction = torch.cat(self._predictions, dim=0)
             ws = get_world_size()
-            if ws > 1:  # BRANCH
+            if ws > 1:
                 prediction = all_gather(prediction)  # HERE
             self._result = 0.0
             if get_rank() == 0:
@@ -1709,10 +1709,10 @@ class PrecisionRecallCurve:
         self._result = None
 
     def compute(self):
-        if self._result is None:
+        if self._result is None:  # BRANCH
             prediction = torch.cat(self._predictions, dim=0)
             ws = get_world_size()
-            if ws > 1:  # BRANCH
+            if ws > 1:
                 prediction = all_gather(prediction)  # HERE
             if get_rank() == 0:
                 precision, recall = self.compute_fn(prediction)
@@ -1733,10 +1733,10 @@ class PrecisionRecallCurve:
         self._result = None
 
     def compute(self):
-        if self._result is None:
+        if self._result is None:  # BRANCH
             prediction = torch.cat(self._predictions, dim=0)
             ws = get_world_size()
-            if ws > 1:  # BRANCH
+            if ws > 1:
                 prediction = all_gather(prediction)  # HERE
             if get_rank() == 0:
                 precision, recall = self.compute_fn(prediction)
@@ -1787,3 +1787,34 @@ def save(rank, state):
     if rank == 0:
         _events.barrier()
 """)
+
+
+#: a local assigned under a rank test: read on the same side of that test, the test adds nothing
+#: to it (only the ranks that took that side read it), so the finding names the rank test itself;
+#: read after the `if`, the value exists only where the test held
+SIDE_READS = {
+    "read_on_the_same_side_names_the_rank_test": ("HK101", """
+import torch.distributed as dist
+
+def step(t):
+    if dist.get_rank() == 0:  # BRANCH
+        n = dist.get_world_size()
+        if n > 1:
+            dist.all_reduce(t)  # HERE
+"""),
+    "read_after_the_if_takes_the_rank_test": ("HK101", """
+import torch.distributed as dist
+
+def step(t, n):
+    if dist.get_rank() == 0:
+        n = 2
+    if n > 1:  # BRANCH
+        dist.all_reduce(t)  # HERE
+"""),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SIDE_READS))
+def test_a_value_assigned_under_a_rank_test_is_judged_where_it_is_read(tmp_path, name):
+    code, src = SIDE_READS[name]
+    expect(tmp_path, src, code)
