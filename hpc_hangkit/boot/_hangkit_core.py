@@ -93,6 +93,10 @@ HB_CHECKED_OFFSET = HB_BUSY_OFFSET + 8  # 360
 HB_MOVED_OFFSET = HB_CHECKED_OFFSET + 8  # 368
 HB_CHECKED_INDEX = HB_CHECKED_OFFSET // 8
 HB_MOVED_INDEX = HB_MOVED_OFFSET // 8
+#: f64: CLOCK_MONOTONIC seconds of the look that last counted busy (written before busy,
+#: read after it; 0.0 in older records)
+HB_BUSY_AT_OFFSET = HB_MOVED_OFFSET + 8  # 376
+HB_BUSY_AT_INDEX = HB_BUSY_AT_OFFSET // 8
 #: version 1 (512 bytes, one slot at HB_SEQ_OFFSET) is still read
 HB_V1_SIZE = 512
 
@@ -558,8 +562,9 @@ def _deadline_loop(gen, st):
             _note_position(st, gen, p0)
             if _main_busy(st, p0):
                 _busy += 1
-                m = _hb
-                if m is not None and _gen == gen:
+                m, md = _hb, _hbd
+                if m is not None and md is not None and _gen == gen:
+                    md[HB_BUSY_AT_INDEX] = _monotonic()
                     m[HB_BUSY_INDEX] = _busy
             last = _last_mono
             if last and last != armed_for:

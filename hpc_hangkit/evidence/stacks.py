@@ -479,14 +479,15 @@ class StackSource:
                 # its watchdog thread found the main thread running Python: computing
                 # (a tight loop's samples all show one line), not waiting in a collective
                 progressed[hb.rank] = "main thread running Python (busy %d->%d)" % (prev[1], busy)
-                self._date(hb)
+                self._date(hb, "busy_at")
         return hbs
 
     def _date(self, fact, by: Optional[str] = None) -> None:
         """Remember when another node saw the change of a rank process it reports (its
         ``seen_at``, this monitor's clock; or its attribute ``by``, when that node knows the
         change happened earlier: ``moved_at`` for a stack, ``checkpoint_at`` for a
-        heartbeat), for :meth:`_change_at`; a file of the scratch has none."""
+        heartbeat, ``busy_at`` for busy), for :meth:`_change_at`; a file of the scratch has
+        none."""
         seen = getattr(fact, "seen_at", None)
         if seen is None:
             return

@@ -65,6 +65,7 @@ class Heartbeat:
     busy: int = 0
     checked_mono_s: float = 0.0
     moved_mono_s: float = 0.0
+    busy_mono_s: float = 0.0
 
     def moved_since(self, dumped_mono_s: float) -> Optional[float]:
         """When (CLOCK_MONOTONIC seconds, this node) the main thread's innermost frame last
@@ -82,7 +83,7 @@ class Heartbeat:
         return (time.time() if now_wall is None else now_wall) - self.wall_s
 
 
-def _decode(buf: bytes, slot: bytes, path: str, moved: Tuple[float, float] = (0.0, 0.0)) -> Heartbeat:
+def _decode(buf: bytes, slot: bytes, path: str, moved: Tuple[float, float, float] = (0.0, 0.0, 0.0)) -> Heartbeat:
     (magic, version, size, rank, world, local_rank, pid, main_tid, signum, period_s,
      armed_wall_s, armed_mono_s, host) = _fmt.HB_STATIC.unpack_from(buf, 0)
     seq, counter, mono_s, label = _fmt.HB_SLOT.unpack_from(slot, 0)
@@ -94,17 +95,19 @@ def _decode(buf: bytes, slot: bytes, path: str, moved: Tuple[float, float] = (0.
         label=label.rstrip(b"\0").decode("utf-8", "replace"), wall_s=wall_s, mono_s=mono_s,
         armed_wall_s=armed_wall_s, armed_mono_s=armed_mono_s, period_s=period_s,
         signal=_fmt.signal_name(signum), signum=signum, seq=seq, path=path, busy=busy,
-        checked_mono_s=moved[0], moved_mono_s=moved[1])
+        checked_mono_s=moved[0], moved_mono_s=moved[1], busy_mono_s=moved[2])
 
 
-def _moved_times(get, version: int) -> Tuple[float, float]:
-    """(checked, moved) of a version-2 record, read in that order (the writer stores moved
-    first, so a checked time read here is never newer than the moved time read after it)."""
+def _moved_times(get, version: int) -> Tuple[float, float, float]:
+    """(checked, moved, busy_at) of a version-2 record, read after its busy count and in that
+    order: the writer stores moved before checked and busy_at before busy, so a count or
+    a checked time read here is never newer than the time read after it."""
     if version < 2:
-        return 0.0, 0.0
+        return 0.0, 0.0, 0.0
     (checked,) = struct.unpack("<d", get(_fmt.HB_CHECKED_OFFSET, 8))
     (moved,) = struct.unpack("<d", get(_fmt.HB_MOVED_OFFSET, 8))
-    return checked, moved
+    (busy_at,) = struct.unpack("<d", get(_fmt.HB_BUSY_AT_OFFSET, 8))
+    return checked, moved, busy_at
 
 
 _TRUNCATED = object()

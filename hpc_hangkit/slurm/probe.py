@@ -93,7 +93,8 @@ def heartbeat_liveness(scratch: str, host: Optional[str] = None) -> Dict[str, Li
 
 def sample_quiet_ranks(scratch: str, sample_signal: str, quiet_s: float, wait_s: float = 1.0,
                        host: Optional[str] = None) -> Dict[int, str]:
-    """Ask this node's armed ranks that have not checked in for ``quiet_s`` seconds for an
+    """Ask this node's armed ranks that have not checked in for ``quiet_s`` seconds (or never:
+    one armed a moment ago is sampled too, so its first position is known with its time) for an
     on-demand watchdog dump (``sample_signal``, :func:`hpc_hangkit.arm.watchdog.request_dumps`),
     waiting up to ``wait_s`` s for them: what the batch monitor's own node does at every poll, so
     a remote node's ranks are sampled at the poll rate, not only every watchdog period (the
@@ -111,7 +112,7 @@ def sample_quiet_ranks(scratch: str, sample_signal: str, quiet_s: float, wait_s:
     now = time.time()
     targets = {int(hb.pid): logs.get(int(hb.pid), [])
                for hb in read_heartbeats(os.path.join(scratch, layout.HEARTBEAT_DIR))
-               if (hb.host or "").split(".")[0] == short and hb.age_s(now) >= quiet_s}
+               if (hb.host or "").split(".")[0] == short and (hb.counter == 0 or hb.age_s(now) >= quiet_s)}
     return request_dumps(targets, sample_signal, timeout_s=wait_s) if targets else {}
 
 
@@ -139,11 +140,12 @@ def rank_facts_of_node(scratch: str, host: Optional[str] = None,
     "label", "armed_mono_s", "stack", "ended", "liveness": [state, seen]}}``. ``stack``:
     :func:`stack_signature` of the newest dump with a main thread in the last ``tail`` bytes
     of its watchdog log (None without one); ``ended``: it left an exit record. When known,
-    also ``checkpoint_at`` (epoch s, this node's clock: its last ``checkpoint()``) and
+    also ``checkpoint_at`` (epoch s, this node's clock: its last ``checkpoint()``),
+    ``busy_at`` (the watchdog thread's last look that counted ``busy``) and
     ``moved_at`` (epoch s: when its watchdog thread last found the main thread's stack
     moved, given only when that thread has looked at it since that newest dump was
     written, :meth:`~hpc_hangkit.parse.heartbeat.Heartbeat.moved_since`): a change the
-    monitor sees in ``stack`` or ``counter`` happened no later than these. What the monitor
+    monitor sees in ``stack``, ``counter`` or ``busy`` happened no later than these. What the monitor
     needs for progress and liveness without the dumps themselves."""
     from hpc_hangkit.parse.faulthandler import parse_faulthandler
     from hpc_hangkit.parse.heartbeat import read_heartbeats
@@ -186,6 +188,8 @@ def rank_facts_of_node(scratch: str, host: Optional[str] = None,
                      "ended": lv[0] == ENDED, "liveness": list(lv)}
         if hb.counter:
             out[name]["checkpoint_at"] = round(wall - (mono - hb.mono_s), 3)
+        if getattr(hb, "busy", 0) and hb.busy_mono_s > 0.0:
+            out[name]["busy_at"] = round(wall - (mono - hb.busy_mono_s), 3)
         w = dumped.get((hb.rank, hb.pid))
         moved = hb.moved_since(mono - (wall - w)) if w is not None else None
         if moved is not None:

@@ -228,12 +228,13 @@ class RemoteRank:
     name), ``stack`` (signature of its newest main-thread stack, or None), ``ended``;
     ``seen_at``: when (the monitor's monotonic clock, seconds) its node took these facts
     (:meth:`SlurmStackSource.taken_mono`), None when unknown: a change they show happened
-    by then, not when the answer reached the monitor. ``moved_at`` / ``checkpoint_at``: the
-    node's ``moved_at`` / ``checkpoint_at`` on the same clock (no later than ``seen_at``;
-    None when unknown): a change of ``stack`` / ``counter`` happened by then."""
+    by then, not when the answer reached the monitor. ``moved_at`` / ``checkpoint_at`` /
+    ``busy_at``: the node's times of those names on the same clock (no later than
+    ``seen_at``; None when unknown): a change of ``stack`` / ``counter`` / ``busy`` happened
+    by then."""
 
     __slots__ = ("rank", "pid", "host", "counter", "busy", "label", "armed_mono_s", "path", "stack", "ended",
-                 "seen_at", "moved_at", "checkpoint_at", "_node_times")
+                 "seen_at", "moved_at", "checkpoint_at", "busy_at", "_node_times")
 
     def __init__(self, name: str, f: dict):
         self.path = name
@@ -250,21 +251,24 @@ class RemoteRank:
         self.seen_at: Optional[float] = None
         self.moved_at: Optional[float] = None
         self.checkpoint_at: Optional[float] = None
-        self._node_times = (_epoch(f.get("moved_at")), _epoch(f.get("checkpoint_at")))
+        self.busy_at: Optional[float] = None
+        self._node_times = {k: _epoch(f.get(k)) for k in _NODE_TIMES}
 
     def date(self, seen_at: Optional[float], taken_at) -> None:
-        """Set ``seen_at`` and, from the node's ``moved_at``/``checkpoint_at`` and the
-        ``taken_at`` of the same answer (one node's clock: its offset cancels), ``moved_at``
-        and ``checkpoint_at`` on ``seen_at``'s clock, never after it."""
+        """Set ``seen_at`` and, from the node's ``moved_at``/``checkpoint_at``/``busy_at`` and
+        the ``taken_at`` of the same answer (one node's clock: its offset cancels), those
+        times on ``seen_at``'s clock, never after it."""
         self.seen_at = seen_at
         taken = _epoch(taken_at)
         if seen_at is None or taken is None:
             return
-        moved, ckpt = self._node_times
-        if moved is not None:
-            self.moved_at = seen_at - max(0.0, taken - moved)
-        if ckpt is not None:
-            self.checkpoint_at = seen_at - max(0.0, taken - ckpt)
+        for k, t in self._node_times.items():
+            if t is not None:
+                setattr(self, k, seen_at - max(0.0, taken - t))
+
+
+#: the times a node's rank facts may carry (epoch s, its clock): see RemoteRank
+_NODE_TIMES = ("moved_at", "checkpoint_at", "busy_at")
 
 
 def _epoch(v) -> Optional[float]:

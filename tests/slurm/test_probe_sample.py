@@ -30,6 +30,8 @@ def test_probe_samples_quiet_ranks_and_leaves_moving_ones_alone(spawn, tmp_path)
     hb = os.path.join(scratch, layout.HEARTBEAT_DIR)
     wait_for(lambda: all(h.age_s() >= 0.5 for h in read_heartbeats(hb) if h.rank == 0), 10,
              what="rank 0 quiet for 0.5 s")
+    wait_for(lambda: any(h.rank == 1 and h.counter > 0 for h in read_heartbeats(hb)), 30,
+             what="rank 1 checking in")
     assert dumps(scratch, procs[0].pid) == 0  # the watchdog's own period is far away
 
     buf = io.StringIO()
@@ -45,6 +47,12 @@ def test_probe_samples_quiet_ranks_and_leaves_moving_ones_alone(spawn, tmp_path)
     # without a signal the probe only reads
     slurm_probe.probe_main(scratch, out=io.StringIO())
     assert dumps(scratch, procs[0].pid) == 1
+
+    # a rank that never checked in is sampled however short its quiet (one armed a moment
+    # ago: its first position comes with the time it got there); a checking-in one is not
+    slurm_probe.probe_main(scratch, out=io.StringIO(), sample_signal=settings.watchdog_signal, quiet_s=3600.0)
+    assert dumps(scratch, procs[0].pid) == 2
+    assert dumps(scratch, procs[1].pid) == 0
 
 
 @pytest.mark.timeout(90)

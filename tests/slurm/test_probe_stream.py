@@ -276,13 +276,13 @@ def test_an_unreachable_nodes_ranks_keep_their_last_positions_and_are_not_judged
     assert [u["ranks"] for u in held.unreachable] == ["2-3"]
 
 
-def remote_rank(rank, stack, seen_at, host="hk2", counter=0, **node_times):
+def remote_rank(rank, stack, seen_at, host="hk2", counter=0, busy=0, **node_times):
     """Rank ``rank``'s facts as another node's answer gives them, taken when this monitor's
     clock read ``seen_at``; ``node_times``: ``moved_at``/``checkpoint_at`` as that many seconds
     before the take (the node's clock)."""
     taken = 5000.0  # the node's clock: any offset from the monitor's
     rr = slurm_sources.RemoteRank("rank_%d.pid%d.hb" % (rank, 4000 + rank), dict({
-        "rank": rank, "pid": 4000 + rank, "host": host, "counter": counter, "busy": 0, "label": "",
+        "rank": rank, "pid": 4000 + rank, "host": host, "counter": counter, "busy": busy, "label": "",
         "armed_mono_s": 1.0, "stack": stack, "ended": False},
         **{k: taken - ago for k, ago in node_times.items()}))
     rr.date(seen_at, taken)
@@ -354,6 +354,12 @@ def test_a_change_is_dated_when_its_node_knows_it_happened_before_the_take(tmp_p
     stalled, _, since = src.poll(122.0)["stacks"]
     assert stalled and since == 120.0
 
+    facts[0] = remote_rank(2, "s2", 124.0, counter=4, busy=1, checkpoint_at=2.0, busy_at=1.0)  # running Python
+    got = src.poll(124.5)["stacks"]
+    assert got[0] is False and got[1].progressed[2].startswith("main thread running Python")
+    stalled, _, since = src.poll(125.0)["stacks"]
+    assert stalled and since == 123.0
+
     facts.append(remote_rank(4, "s4", 130.0, moved_at=4.0))  # a process that started late
     got = src.poll(131.0)["stacks"]
     assert got[0] is False and got[1].progressed[4].startswith("new process")
@@ -391,6 +397,7 @@ def test_a_node_answer_says_when_its_blocked_rank_last_moved_and_its_busy_rank_c
     assert "checkpoint_at" not in r0 and r0["counter"] == 0
     assert spawned < r0["moved_at"] <= after
     assert r1["counter"] > 0 and before - 30 < r1["checkpoint_at"] <= after
+    assert ("busy_at" in r1) == (r1["busy"] > 0) and before - 30 < r1.get("busy_at", after) <= after
     wait_for(lambda: any(h.rank == 0 and h.checked_mono_s > time.monotonic() - 0.05 for h in read_heartbeats(hb_dir))
              and time.time() > after + 0.5, 30, what="more looks")
     again, _, _ = facts()
