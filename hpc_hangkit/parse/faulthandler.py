@@ -250,10 +250,46 @@ def parse_faulthandler(data: bytes, name: str = "<bytes>") -> ParsedLog:
     if not isinstance(data, (bytes, bytearray, memoryview)):
         data = str(data).encode("utf-8", "replace")
     data = bytes(data)
-    fast = _parse_blocks(data, name)
-    if fast is not None:
-        return fast
-    return _parse_lines(data, name)
+    log = _parse_blocks(data, name)
+    if log is None:
+        log = _parse_lines(data, name)
+    _drop_interleaved(log)
+    return log
+
+
+def _drop_interleaved(log: ParsedLog) -> None:
+    """Skip, with a warning, two neighbouring dumps that are one dump written into the
+    middle of another: faulthandler's C dump writes a line at a time, the watchdog thread's
+    Python dump in one write, so when the kernel timer and an on-demand request fire
+    together (a loaded node) the log holds the first dump's head (its innermost frames ``A``),
+    then the second dump whole (``X``), then the first one's tail (``Y``), parsed as two
+    dumps ``A`` and ``X + Y`` with ``A + Y == X``: a cut stack and one that repeats its own
+    outer frames, two false positions. Each dump is one thread; other shapes are left."""
+    smp = log.samples
+    i, bad = 0, []
+    while i + 1 < len(smp):
+        a, b = smp[i], smp[i + 1]
+        if len(a.threads) == 1 and len(b.threads) == 1 and not a.fatal and not b.fatal:
+            fa, fb = a.threads[0].frames, b.threads[0].frames
+            n = len(fb) - len(fa)
+            if fa and n > 0 and n % 2 == 0:
+                y = fb[len(fb) - n // 2:]
+                x = fb[:len(fb) - n // 2]
+                if tuple(fa) + tuple(y) == tuple(x):
+                    bad += [i, i + 1]
+                    i += 2
+                    continue
+        i += 1
+    if not bad:
+        return
+    for k in range(0, len(bad), 2):
+        log.warnings.append("%s: byte %d: dumps at bytes %d and %d are one dump written into another "
+                            "(interleaved writers); both skipped" % (log.name, smp[bad[k]].offset,
+                                                                    smp[bad[k]].offset, smp[bad[k + 1]].offset))
+    drop = set(bad)
+    log.samples = [x for j, x in enumerate(smp) if j not in drop]
+    for j, x in enumerate(log.samples):
+        x.index = j
 
 
 #: one dump's bytes (marker line included) -> the Sample it parses to (threads, source, fatal)

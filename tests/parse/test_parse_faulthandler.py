@@ -195,6 +195,39 @@ def test_interleaved_writers_never_raise():
     assert all(w.startswith("mixed.log: byte ") for w in log.warnings)
 
 
+def test_a_dump_written_into_the_middle_of_another_is_skipped_not_read_as_two_positions(tmp_path):
+    """A loaded node: the kernel timer's C dump (a line at a time) and the watchdog thread's
+    on-demand dump (one write) of the same stack land together; the log holds the C dump's
+    first frame, the whole second dump, then the C dump's outer frames. Read naively that is
+    a cut stack and one repeating its outer frames (two positions: the rank looked "moving");
+    both are skipped with a warning and the clean dumps around them are kept, on the fast
+    path and the line parser alike."""
+    code = """
+    import faulthandler, os, signal
+    f = open("dump.log", "a")
+    faulthandler.register(signal.SIGUSR1, file=f, all_threads=False)
+    def inner():
+        os.kill(os.getpid(), signal.SIGUSR1)
+    def outer():
+        inner()
+    outer()
+    """
+    assert run_py(tmp_path, code).returncode == 0
+    one = (tmp_path / "dump.log").read_bytes()
+    lines = one.split(b"\n")
+    assert lines[0] == b"Stack (most recent call first):" and len(lines) == 5  # 3 frames, last ''
+    head, tail = b"\n".join(lines[:2]) + b"\n", b"\n".join(lines[2:])
+    for prefix in (b"", b"# not a header line a parser knows\n"):  # fast path, then the line parser
+        data = prefix + one * 2 + head + one + tail + one
+        log = parse_faulthandler(data, "w.log")
+        chains = [[f.function for f in s.threads[0].frames] for s in log.samples]
+        assert chains == [["inner", "outer", "<module>"]] * 3, chains
+        assert [s.index for s in log.samples] == [0, 1, 2]
+        assert any("one dump written into another" in w for w in log.warnings), log.warnings
+    clean = parse_faulthandler(one * 4, "w.log")
+    assert len(clean.samples) == 4 and clean.warnings == []
+
+
 def test_not_a_dump_at_all():
     assert not looks_like_faulthandler(b"[rank 1] step 0 done\nhello\n")
     assert not looks_like_faulthandler(
