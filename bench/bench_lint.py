@@ -11,8 +11,8 @@
    an upper bound), the 1-minute load average before each run, and whether both runs give the
    same findings.
    Target: >= 100k lines/s, <= 1 GiB.
-3. ``projects``: eight large real training / MPI projects at pinned versions (the fifth to
-   eighth, Lightning, Megatron-Core, Composer and pytorch-ignite, checked blind), fetched here as
+3. ``projects``: nine large real training / MPI projects at pinned versions (the fifth to
+   ninth, Lightning, Megatron-Core, Composer, pytorch-ignite and TRL, checked blind), fetched here as
    PyPI source distributions (``pip download --no-deps --no-binary :all: NAME==VER``; nothing is
    vendored): files, lines, findings per 1,000 lines, per code and per severity, and every
    finding as ``path:line CODE branch-line`` so that the hand-judged table in docs/lint.md can be
@@ -50,6 +50,8 @@ PROJECTS = [
     ("mosaicml", "0.28.0", "composer"),
     # the eighth, linted blind after the Composer rules: docs/lint.md
     ("pytorch-ignite", "0.5.5", "ignite"),
+    # the ninth, linted blind after the ignite rules: docs/lint.md
+    ("trl", "1.16.0", "trl"),
 ]
 TARGET_LINES_PER_S = 100_000
 TARGET_RSS_MIB = 1024
