@@ -21,6 +21,19 @@ def fixture(*parts):
         return fh.read()
 
 
+#: a program whose ``inner()`` has faulthandler dump its own stack (``Stack`` shape) into
+#: dump.log; append the calls
+SIGNAL_DUMPS = textwrap.dedent("""
+    import faulthandler, os, signal
+    f = open("dump.log", "a")
+    faulthandler.register(signal.SIGUSR1, file=f, all_threads=False)
+    def inner():
+        os.kill(os.getpid(), signal.SIGUSR1)
+    def outer():
+        inner()
+    """)
+
+
 def run_py(tmp_path, code, timeout=30):
     """Run ``code`` in a fresh interpreter (real faulthandler output lands in tmp_path)."""
     p = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=str(tmp_path),
@@ -102,17 +115,7 @@ def test_stack_shape_real_and_our_header(tmp_path):
 
     hdr = core.header_line(3, None, 1, 4242, "node7", 1796000000.5, "SIGURG", 2.5, ["python", "train.py", "--x"])
     (tmp_path / "dump.log").write_text(hdr)
-    code = """
-    import faulthandler, os, signal
-    f = open("dump.log", "a")
-    faulthandler.register(signal.SIGUSR1, file=f, all_threads=False)
-    def inner():
-        os.kill(os.getpid(), signal.SIGUSR1)
-    def outer():
-        inner()
-    outer(); inner(); outer()
-    """
-    assert run_py(tmp_path, code).returncode == 0
+    assert run_py(tmp_path, SIGNAL_DUMPS + "outer(); inner(); outer()\n").returncode == 0
     log = parse_faulthandler((tmp_path / "dump.log").read_bytes(), "dump.log")
     assert log.warnings == []
     assert log.header["format"] == "hpc-hangkit"
@@ -202,17 +205,7 @@ def test_a_dump_written_into_the_middle_of_another_is_skipped_not_read_as_two_po
     a cut stack and one repeating its outer frames (two positions: the rank looked "moving");
     both are skipped with a warning and the clean dumps around them are kept, on the fast
     path and the line parser alike."""
-    code = """
-    import faulthandler, os, signal
-    f = open("dump.log", "a")
-    faulthandler.register(signal.SIGUSR1, file=f, all_threads=False)
-    def inner():
-        os.kill(os.getpid(), signal.SIGUSR1)
-    def outer():
-        inner()
-    outer()
-    """
-    assert run_py(tmp_path, code).returncode == 0
+    assert run_py(tmp_path, SIGNAL_DUMPS + "outer()\n").returncode == 0
     one = (tmp_path / "dump.log").read_bytes()
     lines = one.split(b"\n")
     assert lines[0] == b"Stack (most recent call first):" and len(lines) == 5  # 3 frames, last ''

@@ -289,11 +289,10 @@ def remote_rank(rank, stack, seen_at, host="hk2", counter=0, busy=0, **node_time
     return rr
 
 
-def test_a_change_another_node_reports_is_dated_when_that_node_took_it(tmp_path):
-    """A slow probe: rank 3's node took its answer (its stack moved) at t=104, the answer
-    reached the monitor's poll at t=110. The stall that follows starts at 104, when the
-    change was seen, not at 110; a change of this node's own files in the same poll is
-    dated by the poll."""
+def remote_facts_source(tmp_path):
+    """A stack source over a view of this node's ranks 0-1 (raw files) and node hk2's ranks
+    2-3 (its summary), whose per-rank facts are the list returned (replace an entry to
+    change what hk2 says), after its first poll at t=100: ``(view, facts, source)``."""
     from hpc_hangkit.detect.monitor import stack_judge
     from hpc_hangkit.evidence.stacks import StackSource
 
@@ -303,6 +302,15 @@ def test_a_change_another_node_reports_is_dated_when_that_node_took_it(tmp_path)
     facts = [remote_rank(2, "s2", 100.0), remote_rank(3, "s3", 100.0)]
     src = StackSource(view.path, stack_judge(), sample_signal=None, remote_facts=lambda: facts)
     assert src.poll(100.0)["stacks"][0] is False     # the first look: a baseline
+    return view, facts, src
+
+
+def test_a_change_another_node_reports_is_dated_when_that_node_took_it(tmp_path):
+    """A slow probe: rank 3's node took its answer (its stack moved) at t=104, the answer
+    reached the monitor's poll at t=110. The stall that follows starts at 104, when the
+    change was seen, not at 110; a change of this node's own files in the same poll is
+    dated by the poll."""
+    view, facts, src = remote_facts_source(tmp_path)
     first = src.poll(101.0)["stacks"]
     assert first[0] is True and first[1].verdict == "SPLIT" and first[2] == 100.0
     facts[1] = remote_rank(3, "s3-moved", 104.0)
@@ -329,15 +337,7 @@ def test_a_change_is_dated_when_its_node_knows_it_happened_before_the_take(tmp_p
     thread's look) and when it last checked in (``checkpoint_at``): a change of stack or
     heartbeat counter is dated then, not when the node took its answer (seconds of probe
     later); a time after the take counts as the take."""
-    from hpc_hangkit.detect.monitor import stack_judge
-    from hpc_hangkit.evidence.stacks import StackSource
-
-    a = node_scratch(str(tmp_path / "a"), (0, 1))
-    b = node_scratch(str(tmp_path / "b"), (2, 3))
-    view = summary_view(str(tmp_path / "view"), a, b)
-    facts = [remote_rank(2, "s2", 100.0), remote_rank(3, "s3", 100.0)]
-    src = StackSource(view.path, stack_judge(), sample_signal=None, remote_facts=lambda: facts)
-    assert src.poll(100.0)["stacks"][0] is False     # the first look: a baseline
+    _, facts, src = remote_facts_source(tmp_path)
     facts[1] = remote_rank(3, "s3-moved", 108.0, moved_at=5.5)
     assert src.poll(109.0)["stacks"][0] is False
     stalled, _, since = src.poll(110.0)["stacks"]
