@@ -33,6 +33,19 @@ _EXPR_FIELDS = {}
 _AGREEING_ARG0 = {"all_reduce", "broadcast", "broadcast_object_list", "all_gather", "all_gather_object",
                   "all_gather_into_tensor", "Bcast", "ranks_agree"}
 _AGREEING_ARG1 = {"Allreduce", "Allgather"}
+#: collectives whose return value is the same on every rank: the pickle API of mpi4py and
+#: Horovod (``comm.allgather``, ``hvd.allreduce``, ``comm.bcast``: never ``comm.gather``, which
+#: returns on the root alone), Lightning's and accelerate's ``all_gather`` and
+#: ``gather_for_metrics`` (torch's ``all_gather`` returns None: no value to size)
+_RETURN_AGREES = {"allgather", "allreduce", "bcast", "all_gather", "gather_for_metrics", "broadcast_object",
+                  "allgather_object"}
+#: accelerate's functions and ``Accelerator`` methods that all-gather, all-reduce or broadcast
+#: and return the result on every rank (its ``gather`` is an all-gather, unlike torch's)
+_RETURN_AGREES_ACCELERATE = {"gather", "gather_object", "reduce", "broadcast"}
+_ACCELERATOR = re.compile(r"(^|_)accelerator$", re.I)
+#: methods that change a container's size in place
+_RESIZERS = {"append", "extend", "insert", "pop", "remove", "clear", "update", "add", "discard", "popitem",
+             "setdefault", "resize_", "squeeze_", "unsqueeze_"}
 
 
 def _data_name(expr):
@@ -106,6 +119,9 @@ class Taint:
         self._trips_due = False
         #: containers whose count the function agrees through a collective (:meth:`_counted_here`)
         self._counted = None
+        #: local name -> :meth:`_gathered`, asked once per name
+        self._gathers = {}
+        self._resized = None
         #: name -> (line after which its length is decided, the count's level) for a list
         #: padded to an agreed count (:func:`_padded_lists`), built on the first trip count asked
         self._pads = None
@@ -515,15 +531,77 @@ class Taint:
 
     def _agreed(self, e):
         """True for per-rank-named data that the code made equal on every rank: a local handed
-        to an agreeing collective, a ``self`` attribute only ever assigned such a value
+        to an agreeing collective, a local only ever assigned what such a collective returns
+        (:meth:`_gathered`), a ``self`` attribute only ever assigned such a value
         (deepspeed's ``self.batch = batch.tolist()`` after ``broadcast(batch, 0)``): its size
         agrees too."""
         if isinstance(e, ast.Name):
-            return e.id in self.agreed
+            return e.id in self.agreed or self._gathered(e.id)
         d = dotted(e)
         if d and d[0] == "self" and len(d) == 2 and self.cls and self.project is not None:
             return (self.cls, d[1]) in getattr(self.mod, "attr_agreed", ())
         return False
+
+    def _returns_agreed(self, call):
+        """True for a call of a collective whose return value is the same on every rank
+        (:data:`_RETURN_AGREES`; accelerate's ``gather``/``reduce``/``broadcast`` as an
+        ``accelerate`` import or a method of a receiver named ``accelerator``)."""
+        if not isinstance(call, ast.Call):
+            return False
+        kind, name = self.call_kind(call)
+        if kind != "collective":
+            return False
+        if name in _RETURN_AGREES:
+            return True
+        if name not in _RETURN_AGREES_ACCELERATE:
+            return False
+        f = call.func
+        parts = dotted(f)
+        q = qualify(self.mod, parts) if parts else None
+        if q is not None:
+            return q.split(".")[0] == "accelerate"
+        if isinstance(f, ast.Attribute):
+            d = dotted(f.value)
+            return bool(d) and bool(_ACCELERATOR.search(d[-1]))
+        return False
+
+    def _gathered(self, name):
+        """True for a local of this function (not a parameter, not global) whose every
+        assignment is the value, or an element of the tuple, that a collective returns alike on
+        every rank (:meth:`_returns_agreed`: ``agg = self.accelerator.gather(lengths)``): its
+        size and truth are the same on every rank."""
+        got = self._gathers.get(name)
+        if got is None:
+            got = False
+            if name in self.assigned and name not in self._fn_params and name not in self.shared:
+                got = True
+                for target, value, conds, part in self._assigns:
+                    if name not in _names(target):
+                        continue
+                    if not (part is None or type(part) is int) or not self._returns_agreed(value):
+                        got = False
+                        break
+                if got and name in self._resized_names():
+                    got = False
+            self._gathers[name] = got
+        return got
+
+    def _resized_names(self):
+        """The locals this function changes the size of in place (``xs.append(x)``, ``del
+        xs[i]``): such a list's size is not what a collective returned."""
+        if self._resized is None:
+            out = set()
+            nodes = self.mod.local.get(id(self.fn))
+            for n in (nodes if nodes is not None else walk_local(self.fn)):
+                if n.__class__ is _CALL and isinstance(n.func, ast.Attribute) and \
+                        n.func.attr in _RESIZERS and isinstance(n.func.value, ast.Name):
+                    out.add(n.func.value.id)
+                elif isinstance(n, ast.Delete):
+                    for t in n.targets:
+                        if isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name):
+                            out.add(t.value.id)
+            self._resized = out
+        return self._resized
 
     def _counted_here(self, e):
         """True for a container (``self.pending``, a local) whose count this function agrees
@@ -666,7 +744,8 @@ class Taint:
             inner = e.operand if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not) else e
             if isinstance(inner, (ast.Name, ast.Attribute)) and _data_name(inner) and not self._agreed(inner):
                 lv = max(lv, 1)
-            elif lv == 0 and _emptiness(inner) and not self._fed_uniform(inner):
+            elif lv == 0 and _emptiness(inner) and not self._fed_uniform(inner) and \
+                    not self._gathered_size(inner):
                 lv = 1
         return lv
 
@@ -810,6 +889,17 @@ class Taint:
             facts is not None and facts.open_params is not None and facts.open_params is not True and \
             x.id not in facts.open_params and \
             x.id not in C.RANK_NAMES
+
+    def _gathered_size(self, e):
+        """True when the sized value of emptiness test ``e`` is a local only ever assigned what
+        a collective returns alike on every rank (:meth:`_gathered`: the all-gathered lengths
+        of every rank's completions): every rank sees the same size."""
+        if isinstance(e, ast.UnaryOp):
+            e = e.operand
+        elif isinstance(e, ast.Compare):
+            e = e.left
+        x = _size_receiver(e)
+        return isinstance(x, ast.Name) and self._gathered(x.id)
 
     def _args_level(self, call):
         lv = 0

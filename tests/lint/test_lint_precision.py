@@ -1818,3 +1818,90 @@ def step(t, n):
 def test_a_value_assigned_under_a_rank_test_is_judged_where_it_is_read(tmp_path, name):
     code, src = SIDE_READS[name]
     expect(tmp_path, src, code)
+
+
+#: the shape of look-alike p28 (trl's all-gathered completion lengths) where the tested size can
+#: still differ between ranks: the lint still reports the gather after the raise
+GATHERED_SIZES = {
+    # mpi4py's lower-case gather returns the list on the root alone (None elsewhere)
+    "root_only_gather_of_mpi4py": ("HK203", """
+from mpi4py import MPI
+
+comm = MPI.COMM_WORLD
+
+def log_lengths(lengths, t):
+    gathered = comm.gather(t, root=0)
+    if gathered.numel() == 0:  # BRANCH
+        raise RuntimeError("nothing generated")
+    total = comm.allgather(sum(lengths))  # HERE
+    return total
+"""),
+    # the emptiness of this rank's own lengths, not the gathered ones
+    "emptiness_of_the_local_lengths": ("HK203", """
+import torch
+from accelerate import Accelerator
+
+accelerator = Accelerator()
+
+def log_lengths(completion_ids):
+    completion_lengths = torch.tensor([len(ids) for ids in completion_ids])
+    agg_completion_lengths = accelerator.gather(completion_lengths)
+    if completion_lengths.numel() == 0:  # BRANCH
+        raise RuntimeError("nothing generated")
+    return accelerator.gather(agg_completion_lengths.sum())  # HERE
+"""),
+    # the gathered list grows by this rank's own entries before its size is tested
+    "gathered_list_extended_by_this_ranks_entries": ("HK203", """
+from accelerate.utils import gather_object
+from accelerate import Accelerator
+
+accelerator = Accelerator()
+
+def log_prompts(prompts, extra):
+    all_samples = gather_object(prompts)
+    all_samples.extend(extra)
+    if not all_samples:  # BRANCH
+        raise RuntimeError("nothing generated")
+    return accelerator.gather(len(prompts))  # HERE
+"""),
+    # on one path the name holds the gathered value, on the other this rank's own
+    "assigned_the_gather_on_one_path_only": ("HK203", """
+import torch
+from accelerate import Accelerator
+
+accelerator = Accelerator()
+
+def log_lengths(completion_ids, sync):
+    lengths = torch.tensor([len(ids) for ids in completion_ids])
+    if sync:
+        lengths = accelerator.gather(lengths)
+    if lengths.numel() == 0:  # BRANCH
+        raise RuntimeError("nothing generated")
+    return accelerator.gather(lengths.sum())  # HERE
+"""),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GATHERED_SIZES))
+def test_a_size_that_is_not_only_an_all_gathered_value_is_still_rank_local(tmp_path, name):
+    code, src = GATHERED_SIZES[name]
+    expect(tmp_path, src, code)
+
+
+def test_the_size_of_an_all_gathered_value_is_the_same_on_every_rank(tmp_path):
+    # accelerate's gather and mpi4py's allgather return the same value on every rank
+    silent(tmp_path, """
+from mpi4py import MPI
+from accelerate.utils import gather
+
+comm = MPI.COMM_WORLD
+
+def log_lengths(lengths, t):
+    all_samples = comm.allgather(lengths)
+    if not all_samples:
+        raise RuntimeError("nothing generated")
+    agg = gather(t)
+    if agg.numel() == 0:
+        raise RuntimeError("nothing generated")
+    return comm.allgather(sum(lengths))
+""")
