@@ -638,7 +638,7 @@ class Taint:
         at = self._at
         lv = 0
         for line, l in sites.items():
-            if l > lv and (line < at or any(a <= line <= b and a <= at <= b for a, b in self.loops)) and \
+            if l > lv and self._may_reach(line, at) and \
                     not (name is not None and (self._killed(name, line, at) or self._apart(line, at))):
                 got = self._site_conds.get((name, line)) if name is not None else None
                 if got is not None:
@@ -657,7 +657,7 @@ class Taint:
         for (target, value, conds, part), line in zip(self._assigns, self._lines):
             if name not in _names(target):
                 continue
-            if not (line < at or any(a <= line <= b and a <= at <= b for a, b in self.loops)):
+            if not self._may_reach(line, at):
                 continue
             if self._killed(name, line, at) or self._apart(line, at):
                 continue
@@ -666,11 +666,20 @@ class Taint:
             out.append(value)
         return out or None
 
+    def _one_loop(self, line, at):
+        """True when a loop of the function holds both lines."""
+        return any(a <= line <= b and a <= at <= b for a, b in self.loops)
+
+    def _may_reach(self, line, at):
+        """True when an assignment at ``line`` can reach a read at line ``at``: it stands before
+        it, or a loop holds both (the next iteration's read)."""
+        return line < at or self._one_loop(line, at)
+
     def _apart(self, line, at):
         """True when the statement at ``line`` and the one at ``at`` stand in the two branches of
         one ``if``/``else`` (or two cases of one ``match``) and no loop holds both: one never
         runs after the other."""
-        if any(a <= line <= b and a <= at <= b for a, b in self.loops):
+        if self._one_loop(line, at):
             return False
         if self._dom is None:
             self._dom = _dominance(self.fn)
@@ -843,7 +852,7 @@ class Taint:
         for (target, value, conds, part), line in zip(self._assigns, self._lines):
             if name not in _names(target):
                 continue
-            if not (line < at or any(a <= line <= b and a <= at <= b for a, b in self.loops)):
+            if not self._may_reach(line, at):
                 continue
             if type(part) is int and isinstance(target, ast.Name) and isinstance(value, ast.Call) and not conds:
                 out.append((value, part))
@@ -931,7 +940,7 @@ class Taint:
                 continue
             if not isinstance(target, ast.Name) or part is not None or not isinstance(value, ast.Call):
                 return None
-            if at is None or line < at or any(a <= line <= b and a <= at <= b for a, b in self.loops):
+            if at is None or self._may_reach(line, at):
                 sites.append((line, value))
                 if at is not None and line < at and id(value) in top:
                     start = max(start, line)  # a top-level assignment replaces what came before
