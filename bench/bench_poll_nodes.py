@@ -2,7 +2,13 @@
 its detection latency at 32 nodes, on an N-node test cluster of its own.
 
 Run as root on the host of a test cluster brought up for it (never the default one other tests
-use; the bench neither starts nor stops it):
+use; the bench neither starts nor stops it), from a checkout whose Python environment is not
+under /tmp (each node mounts a /tmp of its own). To measure one commit while the working tree
+changes, run from a snapshot; the figures then name the commit in its COMMIT file:
+
+    git archive HEAD | tar -x -C /var/tmp/hk-scale-src
+    git log -1 --format='%h %cI %s' > /var/tmp/hk-scale-src/COMMIT
+    cd /var/tmp/hk-scale-src
 
     HK_NODES=32 HK_ETC=/etc/slurm-scale HK_ROOT=/var/tmp/hk-scale HK_CTLD_PORT=7400 \\
         HK_SLURMD_PORT=7401 bash slurm/testbed/up.sh
@@ -430,7 +436,7 @@ def project(rows, nodes_out=(1000, 10000), tree_width=TREE_WIDTH):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     ap.add_argument("--nodes", default="2,8,16,32")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--poll-interval", type=float, default=1.0)
@@ -463,6 +469,7 @@ def main(argv=None):
     if not commit and os.path.exists(os.path.join(ROOT, "COMMIT")):
         # a snapshot of a commit (git archive), so that the cluster runs exactly that commit
         commit = open(os.path.join(ROOT, "COMMIT")).read().strip()
+    commit = commit or "unknown (not a git checkout, and no COMMIT file beside bench/)"
     print("bench_poll_nodes: %s; commit %s" % (_util.load_note(), commit))
     allres = {"commit": commit, "polls": [], "latency": []}
     rows = []

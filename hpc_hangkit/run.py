@@ -194,8 +194,9 @@ class Run:
         self.report = rep  # res.problems were logged once each as they happened (CaptureContext.problem)
         self.stdout.write(text if text.endswith("\n") else text + "\n")
         self.stdout.flush()
-        log.info("report written: %s, %s", os.path.join(self.hd_dir, layout.REPORT_TXT),
-                 os.path.join(self.hd_dir, layout.REPORT_JSON))
+        log.info("report written: %s", ", ".join(os.path.join(self.hd_dir, n) for n in (
+            layout.REPORT_TXT, layout.REPORT_JSON, layout.REPORT_HTML)
+            if os.path.exists(os.path.join(self.hd_dir, n))))
         if self.json_out:
             try:
                 d = os.path.dirname(os.path.abspath(self.json_out))

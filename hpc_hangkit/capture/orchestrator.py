@@ -80,6 +80,17 @@ class CaptureResult:
     seconds: float
     ranks: List[int] = field(default_factory=list)
 
+    def tally(self) -> str:
+        """``"12 file(s), 1 problem(s): <its line>"`` for a log line: the problems named (each
+        cut to 100 characters, at most three, then how many more), so the summary needs no
+        search for the warnings above it."""
+        out = "%d file(s), %d problem(s)" % (len(self.files), len(self.problems))
+        if not self.problems:
+            return out
+        named = [p if len(p) <= 100 else p[:99] + "\u2026" for p in self.problems[:3]]
+        more = len(self.problems) - len(named)
+        return out + ": " + "; ".join(named) + (" (and %d more)" % more if more else "")
+
 
 def run_steps(ctx: CaptureContext) -> List[str]:
     """The ``capture`` step of every source of the registry, in order, each guarded (an exception

@@ -277,8 +277,7 @@ def capture_and_report(settings, scratch: str, hd_dir: str, world_size: Optional
     log.info("capturing diagnostics of this node's ranks into %s", hd_dir)
     res = capture_here(settings, scratch, hd_dir, suspects=suspects)
     ranks = res.ranks
-    log.info("capture done in %.1f s (%d file(s), %d problem(s))", res.seconds, len(res.files),
-             len(res.problems))
+    log.info("capture done in %.1f s (%s)", res.seconds, res.tally())
     if events:
         events.write("captured", files=len(res.files), problems=res.problems,
                      seconds=round(res.seconds, 3), ranks=sorted(ranks))

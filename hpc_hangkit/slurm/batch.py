@@ -135,8 +135,7 @@ class BatchMonitor:
 
         def _local():
             res = capture_here(self.settings, self.scratch, self.hd_dir, suspects=suspects, at=at)
-            log.info("captured on %s in %.1f s (%d file(s), %d problem(s))", self.host,
-                     res.seconds, len(res.files), len(res.problems))
+            log.info("captured on %s in %.1f s (%s)", self.host, res.seconds, res.tally())
 
         # a node of the job whose ranks are in this node's scratch is captured in-process
         here = self.node_scratch == self.scratch

@@ -132,6 +132,14 @@ PY=${HK_PYTHON:-${PYTHON:-python3}}
 PY=$("$PY" -c 'import sys; print(sys.executable)') || die "no python: set HK_PYTHON"
 PYTHONPATH=$REPO "$PY" -c 'import hpc_hangkit' 2>/dev/null ||
 	die "$PY cannot import hpc_hangkit (pip install -e $REPO first)"
+# every node mounts a /tmp of its own (docs/admin.md): the prolog, the epilog and the ranks
+# run there, where an interpreter under the host's /tmp does not exist (the checkout is
+# bound in, below)
+for p in "$PY" "$(readlink -f "$PY")"; do
+	case "$p" in
+	/tmp/*) die "$p is under /tmp, which each test node replaces with its own: make the Python environment elsewhere (/var/tmp, /opt...)" ;;
+	esac
+done
 
 # ---------------------------------------------------------------- 2. munge
 KEY=/etc/munge/munge.key
@@ -408,7 +416,7 @@ done
 log "cluster up: $(echo $states | tr '\n' ' ')"
 if [ ${#STARTED[@]} -gt 0 ]; then
 	out=$(cd /tmp && timeout 60 runuser -u hkuser -- srun --hang-detect=off -N "$HK_NODES" -n "$HK_NODES" -l hostname) ||
-		die "smoke test (srun as hkuser) failed"
+		die "smoke test (srun as hkuser) failed: see $HK_ROOT/log/slurmd-*.log and slurmctld.log"
 	log "smoke: $(echo $out)"
 fi
 log "ready (logs: $HK_ROOT/log; stop: slurm/testbed/down.sh)"
