@@ -42,7 +42,12 @@ class Heartbeat:
     CLOCK_MONOTONIC seconds (comparable with ``time.monotonic()`` on the same
     node only).  signal: the watchdog signal name (``"SIGURG"``), for
     ``request_dump(pid, signal)``; signum its number.  period_s: watchdog
-    period.  armed_wall_s/armed_mono_s: when the watchdog was armed.
+    period.  armed_wall_s/armed_mono_s: when the watchdog was armed.  busy: how
+    many of the watchdog thread's looks found the main thread running Python;
+    busy_mono_s the last such look.  checked_mono_s / moved_mono_s: that
+    thread's last look at the main thread's stack and the last look that found
+    it moved (see :meth:`moved_since`).  These three are CLOCK_MONOTONIC seconds
+    of that node, 0.0 when unknown (none yet, or a record of an older version).
     """
 
     rank: int
