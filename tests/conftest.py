@@ -31,11 +31,34 @@ def pytest_report_header(config):
     return "s3fs %s (aiobotocore %s, botocore %s)" % (v("s3fs"), v("aiobotocore"), v("botocore"))
 
 
+_HANDED_OUT = set()
+
+
 def free_port():
-    """A free TCP port on 127.0.0.1 (for MASTER_PORT etc.)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free TCP port on 127.0.0.1 (for MASTER_PORT etc.), outside the kernel's ephemeral
+    range (``net.ipv4.ip_local_port_range``) and never the same twice in a session. A port
+    from that range (what ``bind(0)`` gives) can be taken by any outgoing connection (srun's,
+    slurmd's, another rank's) before the rank that is to listen on it binds it: seen as
+    EADDRINUSE in the rendezvous of a cluster test."""
+    import random
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo, hi = (int(x) for x in f.read().split())
+    except (OSError, ValueError):
+        lo, hi = 32768, 60999
+    pool = range(20000, lo) if lo > 21000 else range(hi + 1, 65536)
+    for _ in range(500):
+        port = random.choice(pool)
+        if port in _HANDED_OUT:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _HANDED_OUT.add(port)
+        return port
+    raise RuntimeError("no free TCP port outside the ephemeral range %d-%d" % (lo, hi))
 
 
 def _kill_group(proc, grace=2.0):
