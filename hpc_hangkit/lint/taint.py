@@ -654,11 +654,7 @@ class Taint:
         if name in self._fn_params or name in self.shared:
             return None
         out = []
-        for (target, value, conds, part), line in zip(self._assigns, self._lines):
-            if name not in _names(target):
-                continue
-            if not self._may_reach(line, at):
-                continue
+        for target, value, conds, part, line in self._assigns_reaching(name, at):
             if self._killed(name, line, at) or self._apart(line, at):
                 continue
             if not (isinstance(target, ast.Name) and part is None):
@@ -674,6 +670,13 @@ class Taint:
         """True when an assignment at ``line`` can reach a read at line ``at``: it stands before
         it, or a loop holds both (the next iteration's read)."""
         return line < at or self._one_loop(line, at)
+
+    def _assigns_reaching(self, name, at):
+        """``(target, value, conds, part, line)`` of each assignment of local ``name`` that can
+        reach a read at line ``at`` (:meth:`_may_reach`), in the order of the function."""
+        for (target, value, conds, part), line in zip(self._assigns, self._lines):
+            if name in _names(target) and self._may_reach(line, at):
+                yield target, value, conds, part, line
 
     def _apart(self, line, at):
         """True when the statement at ``line`` and the one at ``at`` stand in the two branches of
@@ -849,11 +852,7 @@ class Taint:
         read at line ``at`` unpacks an element of a tuple a call returns (``model, dl =
         get_problem(rank)``; ``model = cast(T, model)`` in between passes it on), else None."""
         out = []
-        for (target, value, conds, part), line in zip(self._assigns, self._lines):
-            if name not in _names(target):
-                continue
-            if not self._may_reach(line, at):
-                continue
+        for target, value, conds, part, line in self._assigns_reaching(name, at):
             if type(part) is int and isinstance(target, ast.Name) and isinstance(value, ast.Call) and not conds:
                 out.append((value, part))
             elif not (part is None and _is_cast_of(value, name)):
