@@ -366,19 +366,37 @@ class Project:
                     ref = call_ref(mod, ff.cls, ff.qualname, n)
                     if ref is not None:
                         ff.ret_calls.append(ref)
+        if rets and ff.qualname != "<module>":
+            kept = {r.id for r in rets if r.__class__ is _NAME and r.id in params} - {"self", "cls"}
+            if kept:
+                ff.keeps_none = _keeps_none(node, kept)
         if ff.qualname != "<module>" and (ff.calls or ff.directs) and ff.params:
             # a parameter the function assigns (`if planner is None: planner = Default()`) no
-            # longer holds what the call passed
-            fixed = set(ff.params) - {"self", "cls"} - _assigned(local if local is not None else walk_local(node))
-            ff.cond_ranges = _cond_ranges(node.body, fixed)
+            # longer holds what the call passed, unless only through a call that may keep it
+            nodes = local if local is not None else walk_local(node)
+            own = set(ff.params) - {"self", "cls"}
+            fixed = own - _assigned(nodes)
+            rebinds, early = {}, {}
+            if len(fixed) < len(own):
+                # only read by a subscript store (`shape[axis] = n`): still what the call passed
+                fixed |= own - fixed - _rebound(nodes)
+                rebinds = _rebinds(mod, ff, nodes, own - fixed)
+                fixed.update(rebinds)
+                early = _first_bound(nodes, own - fixed)
+            ff.cond_ranges = _cond_ranges(node.body, fixed, early)
             if ff.cond_ranges:
                 ff.defaults = defaults_of(node)
-                ff.tested = frozenset().union(*[names_of(t) for _, _, t, _ in ff.cond_ranges])
+                # a test may also read an assigned parameter: unknown there, never its default
+                ff.tested = frozenset().union(*[names_of(t) - m for _, _, t, _, m in ff.cond_ranges]) & \
+                    (fixed | set(early))
+                ff.rebinds = {k: v for k, v in rebinds.items() if k in ff.tested}
         if ff.qualname != "<module>" and not has_return:
             ff.noreturn = any(_endless(n) for n in node.body)
         if ff.qualname != "<module>":
             words = mod.words.get(id(node))
             ff.raises = (words is None or "raise" in words) and _raises(node.body)
+            if ff.raises and ff.cond_ranges:
+                ff.raise_at = _raises(node.body, every=True)
         if ff.marked and ff.direct is None:
             ff.direct = ff.qualname.rsplit(".", 1)[-1] + "()"
             ff.direct_line = ff.line
@@ -906,6 +924,9 @@ class Project:
         bound = 1 if (ff.cls and ff.params and ff.params[0] in ("self", "cls")
                       and not (info is not None and info[3])) else 0
         binding = _binding(ff, info, bound)
+        for k in [k for k in binding if k in ff.rebinds]:
+            if binding[k] is not None or not all(self._keeps_none(r, key) for r, key in ff.rebinds[k]):
+                del binding[k]
         if not binding:
             return ff
         key = (id(ff), tuple(sorted((k, type(v).__name__, repr(v)) for k, v in binding.items())))
@@ -913,7 +934,9 @@ class Project:
         hit = spec.get(key)
         if hit is not None:
             return hit
-        dead = [(a, b) for a, b, test, pol in ff.cond_ranges if _truth(test, binding) is (not pol)]
+        dead = [(a, b) for a, b, test, pol, masked in ff.cond_ranges
+                if _truth(test, {k: v for k, v in binding.items() if k not in masked} if masked else binding)
+                is (not pol)]
         if not dead:
             spec[key] = ff
             return ff
@@ -930,6 +953,8 @@ class Project:
         if ff.marked:
             c.direct, c.direct_line = ff.direct, ff.direct_line
         c.witness, c.via = c.direct, ((c.direct_line, None) if c.direct else None)
+        if ff.raise_at:
+            c.raises = any(live(*x) for x in ff.raise_at)
         spec[key] = c
         if new is not None:
             new.append(c)
@@ -943,6 +968,20 @@ class Project:
                 if callee.witness:
                     c.witness, c.via = callee.witness, (line, callee)
         return c
+
+    def _keeps_none(self, ref, key):
+        """True when the tree function ``ref`` resolves to returns None whenever its argument
+        ``key`` (a position among the call's arguments, or a keyword) is None
+        (:attr:`~hpc_hangkit.lint.model.FuncFacts.keeps_none`)."""
+        g = self.resolve(ref)
+        if g is None or not g.keeps_none:
+            return False
+        if isinstance(key, int):
+            key += 1 if (g.cls and g.params and g.params[0] in ("self", "cls")) else 0
+            if key >= len(g.params):
+                return False
+            key = g.params[key]
+        return key in g.keeps_none
 
     def agreed_method(self, name):
         """True when the value of method ``name`` called on a receiver the lint cannot type is
@@ -1505,6 +1544,9 @@ def _binding(ff, info, bound):
     return out
 
 
+#: the builtin classes a constant default can be tested against by name
+_BUILTIN_TYPES = {"int": int, "float": float, "str": str, "bool": bool, "bytes": bytes, "complex": complex,
+                  "tuple": tuple}
 _CMP = {ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b, ast.Is: lambda a, b: a is b,
         ast.IsNot: lambda a, b: a is not b, ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
 _UNKNOWN = object()
@@ -1513,6 +1555,19 @@ _UNKNOWN = object()
 def _value(e, b):
     if isinstance(e, ast.Constant):
         return e.value
+    if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "isinstance" and \
+            len(e.args) == 2 and not e.keywords and _value(e.args[0], b) is None and \
+            not any(isinstance(x, (ast.Call, ast.Constant)) or
+                    (isinstance(x, (ast.Name, ast.Attribute)) and (dotted(x) or [""])[-1] in ("object", "NoneType"))
+                    for x in ast.walk(e.args[1])):
+        return False  # None is an instance of no class named here
+    if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "isinstance" and \
+            len(e.args) == 2 and not e.keywords:
+        v = _value(e.args[0], b)
+        kinds = e.args[1].elts if isinstance(e.args[1], ast.Tuple) else [e.args[1]]
+        if v is not _UNKNOWN and v is not None and kinds and \
+                all(isinstance(k, ast.Name) and k.id in _BUILTIN_TYPES for k in kinds):
+            return isinstance(v, tuple(_BUILTIN_TYPES[k.id] for k in kinds))
     if isinstance(e, ast.Name):
         return b.get(e.id, _UNKNOWN)
     if isinstance(e, (ast.Tuple, ast.List)):
@@ -1557,6 +1612,146 @@ def _truth(e, b):
         return None
 
 
+def _arg_key(call, name):
+    """The position (int) or keyword of the one plain argument ``name`` of ``call``, else None
+    (passed twice, not at all, or after ``*args``)."""
+    keys = []
+    for i, a in enumerate(call.args):
+        if isinstance(a, ast.Starred):
+            return None
+        if isinstance(a, ast.Name) and a.id == name:
+            keys.append(i)
+    keys += [k.arg for k in call.keywords if k.arg is not None and isinstance(k.value, ast.Name)
+             and k.value.id == name]
+    return keys[0] if len(keys) == 1 else None
+
+
+def _rebinds(mod, ff, nodes, params):
+    """:attr:`~hpc_hangkit.lint.model.FuncFacts.rebinds` candidates: parameter -> ``((call ref,
+    argument key), ...)`` for those of ``params`` whose every assignment among ``nodes`` is
+    ``p = f(..., p, ...)`` with ``f`` a call the tree may resolve."""
+    out, spoiled = {}, set()
+    for n in nodes:
+        if n.__class__ is ast.Assign and len(n.targets) == 1 and n.targets[0].__class__ is _NAME and \
+                n.targets[0].id in params:
+            p = n.targets[0].id
+            key = _arg_key(n.value, p) if isinstance(n.value, ast.Call) else None
+            ref = call_ref(mod, ff.cls, ff.qualname, n.value) if key is not None else None
+            if ref is None or (isinstance(n.value.func, ast.Attribute) and isinstance(n.value.func.value, ast.Name)
+                               and n.value.func.value.id in mod.bases):
+                spoiled.add(p)
+            else:
+                out.setdefault(p, []).append((ref, key))
+        elif n.__class__ in _BINDERS:
+            spoiled.update(_rebound((n,)) & params)
+    return {p: tuple(v) for p, v in out.items() if p not in spoiled}
+
+
+def _targets(n):
+    """The target expressions of binding node ``n`` (one of :data:`_BINDERS`)."""
+    if isinstance(n, ast.Assign):
+        return list(n.targets)
+    if isinstance(n, ast.withitem):
+        return [n.optional_vars] if n.optional_vars is not None else []
+    return [n.target]
+
+
+def _rebound(nodes):
+    """The names that ``nodes`` bind (as :func:`_assigned`, without the names a subscript or
+    attribute target only reads: ``shape[axis] = n`` binds no name)."""
+    out = set()
+    for n in nodes:
+        if n.__class__ not in _BINDERS:
+            continue
+        todo = _targets(n)
+        while todo:
+            t = todo.pop()
+            if t.__class__ is _NAME:
+                out.add(t.id)
+            elif isinstance(t, (ast.Tuple, ast.List)):
+                todo.extend(t.elts)
+            elif isinstance(t, ast.Starred):
+                todo.append(t.value)
+    return out
+
+
+_BINDERS = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor, ast.comprehension, ast.NamedExpr,
+            ast.withitem)
+
+
+class _Leak(Exception):
+    """A return that may give something other than None (:func:`_keeps_none`)."""
+
+
+def _keeps_none(fn, params):
+    """The parameters among ``params`` for which ``fn``, called with that parameter None (the
+    others unknown), returns None at every return it can reach or raises (``sanitize_axis(shape,
+    axis)``: ``if axis is None or 0 <= axis < n: return axis``). Tests are decided where the
+    known values decide them (:func:`_truth`), both sides taken otherwise; a loop, ``with`` or
+    ``try`` forgets what it assigns and its returns count wherever they are."""
+    out = set()
+    for p in params:
+        try:
+            _none_walk(fn.body, {p: None})
+        except _Leak:
+            continue
+        except RecursionError:
+            continue
+        out.add(p)
+    return frozenset(out)
+
+
+def _none_walk(stmts, env):
+    """The known values after ``stmts`` from ``env`` (name -> constant), or None when no path
+    falls through; raises :class:`_Leak` at a reachable return of anything but None."""
+    for st in stmts:
+        t = st.__class__
+        if t is ast.Return:
+            if st.value is not None and _value(st.value, env) is not None:
+                raise _Leak
+            return None
+        if t is ast.Raise:
+            return None
+        if t is ast.If:
+            truth = _truth(st.test, env)
+            for x in ast.walk(st.test):
+                if x.__class__ is ast.NamedExpr:
+                    env.pop(x.target.id, None)
+            a = _none_walk(st.body, dict(env)) if truth is not False else None
+            b = _none_walk(st.orelse, dict(env)) if truth is not True else None
+            if a is None or b is None:
+                env = a if b is None else b
+                if env is None:
+                    return None
+            else:
+                env = {k: v for k, v in a.items() if k in b and type(b[k]) is type(v) and b[k] == v}
+            continue
+        if t in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
+            env.pop(st.name, None)
+            continue
+        if t is ast.Assign and len(st.targets) == 1 and st.targets[0].__class__ is _NAME:
+            v = _value(st.value, env)
+            env.pop(st.targets[0].id, None)
+            for x in ast.walk(st.value):
+                if x.__class__ is ast.NamedExpr:
+                    env.pop(x.target.id, None)
+            if v is not _UNKNOWN:
+                env[st.targets[0].id] = v
+            continue
+        for k in _assigned(list(ast.walk(st))) | {x.id for x in ast.walk(st) if isinstance(x, ast.Name)
+                                                  and isinstance(x.ctx, ast.Del)}:
+            env.pop(k, None)
+        for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+            for sub in getattr(st, field, None) or ():
+                block = sub.body if isinstance(sub, (ast.ExceptHandler, ast.match_case)) else None
+                if block is not None:
+                    _none_walk(block, dict(env))
+            sub = getattr(st, field, None)
+            if isinstance(sub, list) and sub and isinstance(sub[0], ast.stmt):
+                _none_walk(sub, dict(env))
+    return env
+
+
 def _end(stmts):
     last = stmts[-1]
     return (getattr(last, "end_lineno", last.lineno), getattr(last, "end_col_offset", 0) or 0)
@@ -1582,33 +1777,56 @@ def _assigned(nodes):
     return out
 
 
-def _cond_ranges(body, params):
+def _cond_ranges(body, params, early=None):
     """:attr:`~hpc_hangkit.lint.model.FuncFacts.cond_ranges` of a function body: ``if`` tests
-    that name a parameter (nested functions not entered)."""
-    if not params:
+    that name a parameter of ``params`` (nested functions not entered), or one of ``early``
+    (parameter -> the first line that binds it) in a test outside any loop that ends before
+    that line: it runs before the parameter is bound again. Each range ends with the names
+    its test reads that hold something else there (``masked``)."""
+    if not params and not early:
         return ()
     out = []
-    _cond_block(body, params, out)
+    _cond_block(body, params, early or {}, False, out)
     return tuple(out)
 
 
-def _cond_block(stmts, params, out):
+def _cond_block(stmts, params, early, in_loop, out):
     for i, st in enumerate(stmts):
         if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             continue
-        if isinstance(st, ast.If) and not params.isdisjoint(names_of(st.test)):
-            out.append(((st.body[0].lineno, st.body[0].col_offset), _end(st.body), st.test, True))
-            if st.orelse:
-                out.append(((st.orelse[0].lineno, st.orelse[0].col_offset), _end(st.orelse), st.test, False))
-            elif isinstance(st.body[-1], (ast.Return, ast.Raise)) and i + 1 < len(stmts):
-                rest = stmts[i + 1:]
-                out.append(((rest[0].lineno, rest[0].col_offset), _end(rest), st.test, False))
+        if isinstance(st, ast.If):
+            read = names_of(st.test)
+            end = getattr(st.test, "end_lineno", st.test.lineno)
+            masked = frozenset(p for p in early if p in read and (in_loop or end >= early[p]))
+            if not params.isdisjoint(read) or any(p in read and p not in masked for p in early):
+                out.append(((st.body[0].lineno, st.body[0].col_offset), _end(st.body), st.test, True, masked))
+                if st.orelse:
+                    out.append(((st.orelse[0].lineno, st.orelse[0].col_offset), _end(st.orelse), st.test, False,
+                                masked))
+                elif isinstance(st.body[-1], (ast.Return, ast.Raise)) and i + 1 < len(stmts):
+                    rest = stmts[i + 1:]
+                    out.append(((rest[0].lineno, rest[0].col_offset), _end(rest), st.test, False, masked))
+        loop = in_loop or isinstance(st, (ast.For, ast.AsyncFor, ast.While))
         for field in ("body", "orelse", "finalbody"):
             sub = getattr(st, field, None)
             if isinstance(sub, list) and sub and isinstance(sub[0], ast.stmt):
-                _cond_block(sub, params, out)
+                _cond_block(sub, params, early, loop, out)
         for h in getattr(st, "handlers", None) or ():
-            _cond_block(h.body, params, out)
+            _cond_block(h.body, params, early, loop, out)
+
+
+def _first_bound(nodes, names):
+    """Name -> the first line among ``nodes`` that binds it (:func:`_rebound`'s targets), for
+    ``names``."""
+    out = {}
+    for n in nodes:
+        if n.__class__ in _BINDERS:
+            for t in _targets(n):
+                for x in ast.walk(t):
+                    if x.__class__ is _NAME and x.id in names and isinstance(x.ctx, ast.Store):
+                        if x.lineno < out.get(x.id, x.lineno + 1):
+                            out[x.id] = x.lineno
+    return out
 
 
 def _self_attr(t):
@@ -1697,19 +1915,23 @@ def _flows_from(rets, nodes, params):
     return frozenset(seen & set(params))
 
 
-def _raises(body):
-    """True when ``body`` raises outside a ``try`` of its own (nested functions not entered)."""
+def _raises(body, every=False):
+    """True when ``body`` raises outside a ``try`` of its own (nested functions not entered);
+    ``every``: the ``(line, col)`` of each such ``raise`` instead."""
     stack = list(body)
+    out = []
     while stack:
         n = stack.pop()
         if isinstance(n, ast.Raise):
-            return True
+            if not every:
+                return True
+            out.append((n.lineno, n.col_offset))
         if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)) or \
                 isinstance(n, ast.Try) or type(n).__name__ == "TryStar":
             continue
         if isinstance(n, ast.stmt):
             stack.extend(c for c in ast.iter_child_nodes(n) if isinstance(c, ast.stmt))
-    return False
+    return tuple(sorted(out)) if every else False
 
 
 def _endless(st):

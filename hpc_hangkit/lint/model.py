@@ -61,7 +61,7 @@ class FuncFacts:
                  "directs", "cond_ranges", "tested", "general", "ret_agreed", "ret_uniform", "agreed_attrs",
                  "ret_elem_trips", "equal_count", "elem_args", "called", "p2p", "free_calls",
                  "uniform_params", "passes", "open_params", "ret_pad", "ret_fields", "agrees",
-                 "ret_direct", "ret_none", "ret_none_params")
+                 "ret_direct", "ret_none", "ret_none_params", "rebinds", "keeps_none", "raise_at")
 
     def __init__(self, module, qualname, cls, line, node, path=None):
         self.module = module
@@ -113,6 +113,18 @@ class FuncFacts:
         self.cond_ranges = ()
         #: the names the tests of :attr:`cond_ranges` read
         self.tested = frozenset()
+        #: tested parameter -> ``((call ref, argument position or keyword), ...)``: the parameters
+        #: whose every assignment is ``p = f(..., p, ...)`` (``split = sanitize_axis(shape,
+        #: split)``); a call's None for one holds at the tests only when each ``f`` keeps a None
+        #: None (:attr:`keeps_none`)
+        self.rebinds = {}
+        #: the parameters that, when None, make every return it can reach return None (``return
+        #: axis`` under ``if axis is None or ...:``): ``p = f(p)`` keeps a None ``p`` None
+        self.keeps_none = frozenset()
+        #: where it raises outside a ``try`` of its own, ``((line, col), ...)``: only for a function
+        #: with :attr:`cond_ranges` that :attr:`raises` (a specialised copy raises only where
+        #: these are live)
+        self.raise_at = ()
         #: for a copy specialised to constant arguments: the function it was copied from, else None
         self.general = None
         #: its return value is agreed through a collective (``return bool(flag)`` after

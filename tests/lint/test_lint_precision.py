@@ -1905,3 +1905,143 @@ def log_lengths(lengths, t):
         raise RuntimeError("nothing generated")
     return comm.allgather(sum(lengths))
 """)
+
+
+#: the helpers of look-alike p29 (heat's `array()`): the all-reduce runs only for `is_split`
+#: given, through a sanitizer that returns a None axis as None
+GUARDED_HELPERS = """from mpi4py import MPI
+
+
+def sanitize_axis(shape, axis):
+    if axis is not None and not isinstance(axis, int):
+        raise TypeError("axis must be None or int")
+    if axis is None or 0 <= axis < len(shape):
+        return axis
+    if axis < 0:
+        axis += len(shape)
+    return axis
+
+
+def array(obj, is_split=None, copy=None, ndmin=0, comm=MPI.COMM_WORLD):
+    if not isinstance(ndmin, int):
+        raise TypeError("ndmin must be int")
+    if copy is False and not hasattr(obj, "__array__"):
+        raise ValueError("cannot share this buffer")
+    is_split = sanitize_axis(obj.shape, is_split)
+    if is_split is not None:
+        n = comm.allreduce(obj.shape[is_split])
+        if n < 0:
+            raise ValueError("local shapes do not agree")
+    return obj
+"""
+
+
+def test_a_call_that_leaves_the_guard_at_none_reaches_no_collective(tmp_path):
+    silent(tmp_path, GUARDED_HELPERS + """
+
+def first_center(x, comm, proc):
+    x0 = None
+    if comm.rank == proc:
+        x0 = array(x.lloc, comm=comm)
+    return comm.bcast(x0, root=proc)
+""")
+
+
+#: the shapes of p29 where the callee's collective (or a raise before the broadcast) is still
+#: reached on the rank branch
+GUARDED_REACHED = {
+    # the caller gives is_split: the all-reduce runs on the root alone
+    "guard_given": ("HK101", GUARDED_HELPERS + """
+
+def first_center(x, comm, proc):
+    x0 = None
+    if comm.rank == proc:  # BRANCH
+        x0 = array(x.lloc, is_split=0, comm=comm)  # HERE
+    return x0
+"""),
+    # the sanitizer turns None into an axis: the guard no longer holds None
+    "sanitizer_that_makes_none_an_axis": ("HK101", GUARDED_HELPERS.replace(
+        "if axis is None or 0 <= axis < len(shape):", "if axis is None:\n        return 0\n    if 0 <= axis < len(shape):") + """
+
+def first_center(x, comm, proc):
+    x0 = None
+    if comm.rank == proc:  # BRANCH
+        x0 = array(x.lloc, comm=comm)  # HERE
+    return x0
+"""),
+    # copy=False: the raise can run on the root alone, before the broadcast
+    "raise_left_reachable_by_the_arguments": ("HK103", GUARDED_HELPERS + """
+
+def first_center(x, comm, proc):
+    x0 = None
+    if comm.rank == proc:  # BRANCH
+        x0 = array(x.lloc, copy=False, comm=comm)
+    return comm.bcast(x0, root=proc)  # HERE
+"""),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GUARDED_REACHED))
+def test_a_call_that_can_reach_the_guarded_collective_or_raise_is_still_reported(tmp_path, name):
+    code, src = GUARDED_REACHED[name]
+    expect(tmp_path, src, code)
+
+
+#: a test of a parameter that the function assigns before it (or in a loop around it) reads
+#: what was assigned, not the call's default: the collective under it may run
+ASSIGNED_BEFORE_TEST = {
+    "assigned_before_a_test_that_also_reads_a_fixed_parameter": ("HK101", """
+import torch.distributed as dist
+
+
+def save(obj, group, sync=None):
+    if sync is None:
+        sync = True
+    if group is not None and sync:
+        dist.barrier(group=group)
+
+
+def main(obj, group):
+    if dist.get_rank() == 0:  # BRANCH
+        save(obj, group)  # HERE
+"""),
+    "assigned_later_in_the_loop_around_the_test": ("HK101", """
+import torch.distributed as dist
+
+
+def drain(items, flush=False):
+    for it in items:
+        if flush:
+            dist.barrier()
+        flush = it.last
+
+
+def main(items):
+    if dist.get_rank() == 0:  # BRANCH
+        drain(items)  # HERE
+"""),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ASSIGNED_BEFORE_TEST))
+def test_a_parameter_assigned_before_its_test_is_not_read_as_its_default(tmp_path, name):
+    code, src = ASSIGNED_BEFORE_TEST[name]
+    expect(tmp_path, src, code)
+
+
+def test_a_test_that_runs_before_the_parameter_is_assigned_reads_the_default(tmp_path):
+    silent(tmp_path, """
+import torch.distributed as dist
+
+
+def save(obj, group=None):
+    if group is not None:
+        dist.barrier(group=group)
+    group = obj.group
+    return group
+
+
+def main(obj):
+    if dist.get_rank() == 0:
+        save(obj)
+""")
