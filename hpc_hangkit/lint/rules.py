@@ -482,7 +482,7 @@ class _Walker:
             if isinstance(st, ast.While):
                 lv = self.taint.test_level(st.test)
             else:
-                lv = self.taint.iter_level(st.iter)
+                lv = self.taint.iter_level_at(st.iter, st.lineno)
             direct = lv < 2 or self.taint.direct_level(st.test if isinstance(st, ast.While) else st.iter) == 2
             g = (_Guard(st.lineno, lv, "loop", direct=direct),) if lv else ()
             self.block(st.body, guards + g, loops + (st,))

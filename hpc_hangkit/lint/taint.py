@@ -80,6 +80,8 @@ class Taint:
         #: local name -> level of the trip count of what it holds (a prepared loader: 0 even when
         #: built from the rank)
         self.trip_env = {}
+        #: name -> {line of an assignment: trip level of what it assigns}, as :attr:`sites`
+        self.trip_sites = {}
         if facts is None and project is not None:
             facts = _facts_of(project, mod, fn)
         self.facts = facts
@@ -247,6 +249,10 @@ class Taint:
             for name in _names(target):
                 if lv > self.trip_env.get(name, 0):
                     self.trip_env[name] = lv
+                if lv:
+                    site = self.trip_sites.setdefault(name, {})
+                    if lv > site.get(line, 0):
+                        site[line] = lv
         self._tests = None
         self._at = saved
 
@@ -629,7 +635,7 @@ class Taint:
                 return side
         return None
 
-    def _reaching(self, sites, name=None):
+    def _reaching(self, sites, name=None, sided=True):
         """The highest level of the assignments in ``sites`` ({line: level}) that can reach a
         read at line ``self._at``: those before it, and those in a loop around both; less those
         that a plain assignment of ``name`` always replaces first (:meth:`_killed`). A read on
@@ -640,7 +646,7 @@ class Taint:
         for line, l in sites.items():
             if l > lv and self._may_reach(line, at) and \
                     not (name is not None and (self._killed(name, line, at) or self._apart(line, at))):
-                got = self._site_conds.get((name, line)) if name is not None else None
+                got = self._site_conds.get((name, line)) if name is not None and sided else None
                 if got is not None:
                     base, sided = got
                     l = max([base] + [c for c, (a, b) in sided if not (a <= at <= b and line < at)])
@@ -773,6 +779,15 @@ class Taint:
         if lv and self._env_done and isinstance(e, ast.Name) and e.id in self.assigned:
             lv = min(lv, self.trip_level(e))
         return lv
+
+    def iter_level_at(self, e, line):
+        """:meth:`iter_level` of iterable ``e`` read at ``line`` (:meth:`level_at`)."""
+        saved = self._at
+        self._at = line
+        try:
+            return self.iter_level(e)
+        finally:
+            self._at = saved
 
     def iter_level(self, e):
         """Level of a loop's trip count over iterable ``e`` (:meth:`trip_level`). Iterating a
@@ -1002,6 +1017,9 @@ class Taint:
                 pad = self._pads.get(e.id)
                 if pad is not None and pad[0] < self._at:
                     return self.level_at(pad[1], pad[0]) if pad[1] is not None else 0
+                if e.id not in self.shared:
+                    # as a value is read (:meth:`level`): only the assignments that can reach it
+                    return self._reaching(self.trip_sites.get(e.id, {}), e.id, sided=False)
             return self.trip_env.get(e.id, 0)
         if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id in self.assigned and \
                 e.value.id not in self._fn_params:

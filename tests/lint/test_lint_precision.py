@@ -2045,3 +2045,78 @@ def main(obj):
     if dist.get_rank() == 0:
         save(obj)
 """)
+
+
+#: a loop's trip count and a call's arguments are read at their line, as a branch condition is:
+#: an assignment later in the function (outside any loop around both) does not reach them
+READ_AT_THEIR_LINE = """
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+
+
+def nonzero(x):
+    if len(x) == 0:
+        return x
+    return comm.allreduce(x)
+
+
+def setitem(key):
+    for k in key:
+        comm.Barrier()
+    key = nonzero(key)
+    rank = comm.rank
+    key = [rank] * rank
+    return key
+"""
+
+
+def test_an_assignment_after_the_loop_or_the_call_does_not_reach_them(tmp_path):
+    silent(tmp_path, READ_AT_THEIR_LINE)
+
+
+#: the same shapes where the rank-dependent value does reach the loop or the call
+REACHING_THE_LOOP = {
+    "assigned_before_the_loop": ("HK105", """
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+
+
+def setitem(key):
+    key = [comm.rank] * comm.rank
+    for k in key:  # BRANCH
+        comm.Barrier()  # HERE
+"""),
+    "assigned_later_in_an_outer_loop_around_both": ("HK105", """
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+
+
+def setitem(keys):
+    key = []
+    for _ in keys:
+        for k in key:  # BRANCH
+            comm.Barrier()  # HERE
+        key = [comm.rank] * comm.rank
+"""),
+    "handed_to_the_call_after_the_assignment": ("HK102", """
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+
+
+def nonzero(x):
+    if len(x) == 0:  # BRANCH
+        return x
+    return comm.allreduce(x)  # HERE
+
+
+def setitem(key):
+    key = [comm.rank] * comm.rank
+    return nonzero(key)
+"""),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REACHING_THE_LOOP))
+def test_an_assignment_that_reaches_the_loop_or_the_call_still_counts(tmp_path, name):
+    code, src = REACHING_THE_LOOP[name]
+    expect(tmp_path, src, code)
