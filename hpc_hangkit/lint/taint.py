@@ -305,6 +305,8 @@ class Taint:
                 self._scan_guards(st.body, conds)
                 for h in st.handlers:
                     probe = _format_probe(st, h)
+                    if probe is None:
+                        probe = _type_probe(st, h)
                     self._scan_guards(h.body, conds if _uniform_handler(st, h) else conds + (
                         ("if", probe) if probe is not None else ("except", None),))
                 self._scan_guards(st.orelse, conds)
@@ -1687,6 +1689,46 @@ def _format_probe(st, handler):
                     isinstance(x, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
                 return None
     return v
+
+
+_TYPE_QUESTIONS = {"TypeError", "AttributeError", "NotImplementedError"}
+
+
+def _type_probe(st, handler):
+    """The value of the one statement of ``try:`` (``code = codes[canonical(from_)]``, ``return
+    a.shape``) when the handler catches only the errors of a type question (``TypeError``,
+    ``AttributeError``, ``NotImplementedError``): whether it raises is a question about the
+    types of what it reads (an object without ``.dtype``, a class the mapping does not know),
+    answered by the same code from the same inputs on every rank, so the handler is taken where
+    its inputs say (the expression is the handler's condition), not by the rank that raised.
+    None otherwise. (An error that comes from the state of the node, ``OSError``,
+    ``RuntimeError``, is not a type question.)"""
+    t = handler.type
+    names = t.elts if isinstance(t, ast.Tuple) else [t] if t is not None else []
+    if not names or any((dotted(n) or [""])[-1] not in _TYPE_QUESTIONS for n in names):
+        return None
+    if len(st.body) != 1 or not isinstance(st.body[0], (ast.Assign, ast.AnnAssign, ast.Return, ast.Expr)):
+        return None
+    v = st.body[0].value
+    if v is None:
+        return None
+    for x in ast.walk(v):
+        if isinstance(x, (ast.Await, ast.Yield, ast.YieldFrom, ast.NamedExpr)):
+            return None
+        if isinstance(x, ast.Call):
+            d = dotted(x.func) or [""]
+            if _NODE_STATE.match(d[-1]) or d[-1] in C.LOCAL_METHODS or ".".join(d) in C.LOCAL_CALLS:
+                return None  # what it reads comes from the node, not from the probe's inputs
+        elif isinstance(x, ast.Attribute) and x.attr == "environ":
+            return None
+    return v
+
+
+#: calls that read the node's state (files, sockets, the clock, the environment): a type error in
+#: what they return is not a question about the probe's inputs alone
+_NODE_STATE = re.compile(r"^(open|read\w*|load\w*|recv\w*|urlopen|request|fetch\w*|getenv|input|"
+                         r"stat|lstat|listdir|scandir|walk|glob|iglob|exists|is_?file|is_?dir|time\w*|"
+                         r"perf_counter|monotonic|rand\w*|urandom|query\w*|download\w*|getaddrinfo)$")
 
 
 def _uniform_handler(st, handler):

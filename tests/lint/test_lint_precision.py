@@ -2120,3 +2120,77 @@ def setitem(key):
 def test_an_assignment_that_reaches_the_loop_or_the_call_still_counts(tmp_path, name):
     code, src = REACHING_THE_LOOP[name]
     expect(tmp_path, src, code)
+
+
+#: look-alike p30 (heat's `can_cast`) where taking the handler can still differ between ranks
+TYPE_QUESTION_HELPERS = """
+import os
+from mpi4py import MPI
+
+comm = MPI.COMM_WORLD
+
+_CODES = {bool: 0, int: 1, float: 2}
+
+
+def canonical(kind):
+    if kind in _CODES:
+        return kind
+    raise TypeError("data type %r is not understood" % (kind,))
+"""
+TYPE_QUESTION_REACHED = {
+    # a RuntimeError comes from the node (a device, a library's state), not from the types
+    "runtime_error_handler": ("HK203", TYPE_QUESTION_HELPERS + """
+
+def can_cast(from_, to):
+    try:
+        code_from = _CODES[canonical(from_)]
+    except RuntimeError:
+        code_from = 0
+    return code_from <= _CODES[canonical(to)]
+
+
+def add_(t1, t2, buf):
+    if not can_cast(t2.dtype, t1.dtype):  # BRANCH
+        raise TypeError("cannot cast in place")
+    comm.Allreduce(MPI.IN_PLACE, buf, MPI.SUM)  # HERE
+"""),
+    # the probe's input is this rank's own count of files
+    "probe_of_a_rank_local_value": ("HK203", TYPE_QUESTION_HELPERS + """
+
+def code_of(path):
+    n = len(os.listdir(path)) or None
+    try:
+        code = _CODES[canonical(n)]
+    except TypeError:
+        code = -1
+    return code
+
+
+def add_(path, buf):
+    if code_of(path) < 0:  # BRANCH
+        raise TypeError("no files")
+    comm.Allreduce(MPI.IN_PLACE, buf, MPI.SUM)  # HERE
+"""),
+    # the probe reads a file: whether its text parses is the node's answer
+    "probe_that_reads_a_file": ("HK203", TYPE_QUESTION_HELPERS + """
+
+def code_of(path):
+    try:
+        code = _CODES[canonical(open(path).read())]
+    except TypeError:
+        code = -1
+    return code
+
+
+def add_(path, buf):
+    if code_of(path) < 0:  # BRANCH
+        raise TypeError("unknown kind")
+    comm.Allreduce(MPI.IN_PLACE, buf, MPI.SUM)  # HERE
+"""),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TYPE_QUESTION_REACHED))
+def test_a_handler_that_is_no_type_question_of_agreed_inputs_is_still_rank_local(tmp_path, name):
+    code, src = TYPE_QUESTION_REACHED[name]
+    expect(tmp_path, src, code)
