@@ -7,6 +7,7 @@ Every finding names two lines: the collective and the branch that decides who re
 it (``related_line``). Stdlib only.
 """
 import ast
+import copy
 import os
 from typing import NamedTuple
 
@@ -152,6 +153,24 @@ def _header_exprs(st):
     return [st]
 
 
+#: the calls that answer a communicator's size
+_SIZE_CALLS = {"Get_size", "size", "get_world_size"}
+
+
+def _without(e, parts):
+    """A copy of expression ``e`` with each of its nodes whose id is in ``parts`` replaced by a
+    constant (``e`` itself is left as it is: the walk and the taint keep reading it)."""
+    cp = copy.deepcopy(e)
+    swap = {id(c) for o, c in zip(ast.walk(e), ast.walk(cp)) if id(o) in parts}
+
+    class _Fixed(ast.NodeTransformer):
+        def visit(self, node):
+            if id(node) in swap:
+                return ast.copy_location(ast.Constant(2), node)
+            return self.generic_visit(node)
+    return _Fixed().visit(cp)
+
+
 def _calls_in(exprs):
     out = []
     for e in exprs:
@@ -195,6 +214,37 @@ class _Walker:
                 return callee.witness
             return "%s() (reaches %s)" % (short, callee.witness)
         return None
+
+    def _own_group_size(self, st):
+        """True when ``if`` statement ``st`` tests the size of a communicator (``comm.size > 1``,
+        ``comm.Get_size()``) and is no longer rank-dependent without those sizes, and every
+        collective its branches reach is a method of that same communicator, with no early exit
+        in them: a group's size is the same on each of its members, and only they take part in
+        its collectives (heat's `if leave_comm.size > 1: leave_comm.bcast(...)` after
+        ``leave_comm = comm.Split(rank // k, rank)``)."""
+        sizes = {}
+        for n in ast.walk(st.test):
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in _SIZE_CALLS \
+                    and not n.args and not n.keywords:
+                recv = dotted(n.func.value)
+            elif isinstance(n, ast.Attribute) and n.attr == "size":
+                recv = dotted(n.value)
+            else:
+                continue
+            if recv:
+                sizes[id(n)] = tuple(recv)
+        groups = set(sizes.values())
+        if len(groups) != 1:
+            return False
+        calls = _calls_in([x for x in st.body + st.orelse if not isinstance(x, _DEFS)])
+        witnessed = [c for c in calls if self.witness(c)]
+        if not witnessed or any(not (isinstance(c.func, ast.Attribute) and tuple(dotted(c.func.value) or ()) in groups)
+                                for c in witnessed):
+            return False
+        if self.exits_of(st.body)[0] or self.exits_of(st.orelse)[0]:
+            return False
+
+        return self.taint.test_level_at(_without(st.test, sizes), st.lineno) == 0
 
     def chain(self, call):
         """``((path, line, text, what), ...)`` from a helper's call down to its collective."""
@@ -436,6 +486,8 @@ class _Walker:
             self.call(call, guards, loops)
         if isinstance(st, ast.If):
             lv = self.taint.test_level_at(st.test, st.lineno)
+            if lv and self._own_group_size(st):
+                lv = 0
             before = list(self.exits)
             same_exit = False
             if lv:

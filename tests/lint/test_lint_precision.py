@@ -2194,3 +2194,55 @@ def add_(path, buf):
 def test_a_handler_that_is_no_type_question_of_agreed_inputs_is_still_rank_local(tmp_path, name):
     code, src = TYPE_QUESTION_REACHED[name]
     expect(tmp_path, src, code)
+
+
+#: look-alike p31 (heat's QR merge): where the test of a group's size still leaves some of
+#: the collective's members out
+GROUP_SIZE_REACHED = {
+    # the broadcast is on the world, not on the group whose size is tested
+    "collective_on_another_communicator": ("HK101", """
+from mpi4py import MPI
+
+
+def merge(q_loc, k):
+    world = MPI.COMM_WORLD
+    leave_comm = world.Split(world.rank // k, world.rank)
+    if leave_comm.size > 1:  # BRANCH
+        world.Bcast(q_loc, root=0)  # HERE
+"""),
+    # the test also asks which rank this is
+    "size_and_rank_tested_together": ("HK101", """
+from mpi4py import MPI
+
+
+def merge(q_loc, k):
+    world = MPI.COMM_WORLD
+    leave_comm = world.Split(world.rank // k, world.rank)
+    if leave_comm.size > 1 and world.rank % 2 == 0:  # BRANCH
+        leave_comm.Bcast(q_loc, root=0)  # HERE
+"""),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GROUP_SIZE_REACHED))
+def test_a_group_size_test_that_leaves_members_out_is_still_reported(tmp_path, name):
+    code, src = GROUP_SIZE_REACHED[name]
+    expect(tmp_path, src, code)
+
+
+def test_an_early_return_under_a_group_size_test_is_still_reported(tmp_path):
+    # the groups of one member leave before the world's barrier
+    src = """
+from mpi4py import MPI
+
+
+def merge(q_loc, k):
+    world = MPI.COMM_WORLD
+    leave_comm = world.Split(world.rank // k, world.rank)
+    if leave_comm.size > 1:  # BRANCH
+        leave_comm.Bcast(q_loc, root=0)
+        return q_loc
+    world.Barrier()  # HERE
+"""
+    found = lint_tree(tmp_path, {"prog.py": src})
+    assert ("prog.py", "HK102", marks(src, "HERE"), marks(src, "BRANCH")) in found, found
