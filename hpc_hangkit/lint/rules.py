@@ -14,7 +14,7 @@ from typing import NamedTuple
 from hpc_hangkit.lint import collectives as C
 from hpc_hangkit.lint.model import dotted, qualify, walk_local
 from hpc_hangkit.lint.calls import call_ref
-from hpc_hangkit.lint.taint import Taint, mentions_membership
+from hpc_hangkit.lint.taint import Taint, handler_condition, mentions_membership
 
 __all__ = ["RULES", "Finding", "check_module", "severity_of"]
 
@@ -308,7 +308,8 @@ class _Walker:
             elif g.kind == "except":
                 if name in C.ABORTS:
                     return  # tearing the group down on an error is the cure, not the hang
-                self._emit("HK201", call, w, g.line, "runs only on ranks that raised, in this except handler")
+                self._emit("HK101" if dep else "HK201", call, w, g.line,
+                           "runs only on ranks that raised, in this except handler")
             else:
                 self._emit("HK101" if dep else "HK201", call, w, g.line,
                            "is reached only on ranks where the %s condition is %s"
@@ -558,16 +559,19 @@ class _Walker:
             self.block(st.body, guards, loops)
             for h in st.handlers:
                 before = list(self.exits)
-                self.block(h.body, guards + (_Guard(h.lineno, 1, "except"),), loops)
+                cond = handler_condition(st, h)
+                lv = 0 if cond is None else 1 if cond[1] is None else \
+                    self.taint.test_level_at(cond[1], st.body[0].lineno)
+                self.block(h.body, guards + ((_Guard(h.lineno, lv, "except"),) if lv else ()), loops)
                 self.exits = before
-                if self.members_only:
+                if self.members_only or not lv:
                     continue
                 kinds, abort = self.exits_of(h.body)
                 if abort:
                     continue
                 for kind in sorted(kinds & {"return", "continue", "break", "exit"}):
                     loop = loops[-1] if kind in ("continue", "break") and loops else None
-                    self.exits.append(_Exit(h.lineno, 1, kind, loop, False, sides=self.sides))
+                    self.exits.append(_Exit(h.lineno, lv, kind, loop, False, sides=self.sides))
             self.block(st.orelse, guards, loops)
             if st.finalbody:
                 # a rank that raises or returns in the try runs the finally block too: those exits

@@ -99,6 +99,8 @@ class Taint:
         #: (first line, last line) of each loop of the body: an assignment later in the function
         #: reaches a use only inside a loop around both
         self.loops = []
+        #: a ``for`` loop's (start, end) lines -> the names its target binds at each iteration
+        self._loop_names = {}
         #: names declared ``global``/``nonlocal``: a later assignment persists between calls
         self.shared = set()
         #: local name -> {line of an assignment: its level} (levels above 0 only)
@@ -304,16 +306,15 @@ class Taint:
             elif isinstance(st, ast.Try) or type(st).__name__ == "TryStar":
                 self._scan_guards(st.body, conds)
                 for h in st.handlers:
-                    probe = _format_probe(st, h)
-                    if probe is None:
-                        probe = _type_probe(st, h)
-                    self._scan_guards(h.body, conds if _uniform_handler(st, h) else conds + (
-                        ("if", probe) if probe is not None else ("except", None),))
+                    cond = handler_condition(st, h)
+                    self._scan_guards(h.body, conds if cond is None else conds + (cond,))
                 self._scan_guards(st.orelse, conds)
                 self._scan_guards(st.finalbody, conds)
             elif isinstance(st, (ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith)):
                 if not isinstance(st, (ast.With, ast.AsyncWith)):
                     self.loops.append((st.lineno, getattr(st, "end_lineno", None) or st.lineno))
+                    if isinstance(st, (ast.For, ast.AsyncFor)):
+                        self._loop_names[self.loops[-1]] = set(_names(st.target))
                 self._scan_guards(st.body, conds)
                 self._scan_guards(getattr(st, "orelse", []), conds)
 
@@ -647,7 +648,7 @@ class Taint:
         lv = 0
         for line, l in sites.items():
             if l > lv and self._may_reach(line, at) and \
-                    not (name is not None and (self._killed(name, line, at) or self._apart(line, at))):
+                    not (name is not None and (self._killed(name, line, at) or self._apart(line, at, name))):
                 got = self._site_conds.get((name, line)) if name is not None and sided else None
                 if got is not None:
                     base, sided = got
@@ -663,7 +664,7 @@ class Taint:
             return None
         out = []
         for target, value, conds, part, line in self._assigns_reaching(name, at):
-            if self._killed(name, line, at) or self._apart(line, at):
+            if self._killed(name, line, at) or self._apart(line, at, name):
                 continue
             if not (isinstance(target, ast.Name) and part is None):
                 return None
@@ -686,11 +687,13 @@ class Taint:
             if name in _names(target) and self._may_reach(line, at):
                 yield target, value, conds, part, line
 
-    def _apart(self, line, at):
+    def _apart(self, line, at, name=None):
         """True when the statement at ``line`` and the one at ``at`` stand in the two branches of
-        one ``if``/``else`` (or two cases of one ``match``) and no loop holds both: one never
-        runs after the other."""
-        if self._one_loop(line, at):
+        one ``if``/``else`` (or two cases of one ``match``) and no loop holds both, or the
+        innermost loop that holds both is a ``for`` that binds ``name`` at each iteration (what
+        one iteration assigns never reaches the next one's read): one never runs after the other."""
+        if self._one_loop(line, at) and not (name is not None and name in self._loop_names.get(
+                self._inner_loop(line, at), ())):
             return False
         if self._dom is None:
             self._dom = _dominance(self.fn)
@@ -728,9 +731,21 @@ class Taint:
                 continue  # not earlier in a block that holds the read
             if line < k:
                 return True
-            if line > at and any(a <= line <= b and a <= at <= b and a <= k for a, b in self.loops):
-                return True
+            if line > at:
+                # the innermost loop around both carries the value to the next read: it must
+                # hold the killer too
+                inner = self._inner_loop(line, at)
+                if inner is not None and inner[0] <= k:
+                    return True
         return False
+
+    def _inner_loop(self, line, at):
+        """The (start, end) lines of the innermost loop that holds both lines, or None."""
+        best = None
+        for a, b in self.loops:
+            if a <= line <= b and a <= at <= b and (best is None or a > best[0]):
+                best = (a, b)
+        return best
 
     def level_at(self, e, line):
         """:meth:`level` of ``e`` read at ``line``: a local's assignments later in the function
@@ -1279,6 +1294,13 @@ def _dominance(fn):
             for n in _plain_names(st):
                 killers.setdefault(n, []).append((st.lineno, path))
             if isinstance(st, (ast.For, ast.AsyncFor)):
+                t = st.target
+                if isinstance(t, (ast.Name, ast.Tuple, ast.List)) and all(
+                        isinstance(x, ast.Name) for x in (t.elts if not isinstance(t, ast.Name) else [t])):
+                    # each iteration binds the loop's names before its body: as an assignment
+                    # at the top of the body, it replaces what an earlier iteration assigned
+                    for n in _names(t):
+                        killers.setdefault(n, []).append((st.lineno, path + ((id(st.body), -1),)))
                 flag = _or_merge(st, stmts[:i])
                 if flag is not None:
                     # the flag is or-ed with every rank's copy of itself: whatever this rank
@@ -1729,6 +1751,19 @@ def _type_probe(st, handler):
 _NODE_STATE = re.compile(r"^(open|read\w*|load\w*|recv\w*|urlopen|request|fetch\w*|getenv|input|"
                          r"stat|lstat|listdir|scandir|walk|glob|iglob|exists|is_?file|is_?dir|time\w*|"
                          r"perf_counter|monotonic|rand\w*|urandom|query\w*|download\w*|getaddrinfo)$")
+
+
+def handler_condition(st, handler):
+    """What decides whether ``except`` handler ``handler`` of ``try`` statement ``st`` runs, as a
+    branch condition: None when every rank takes it or none does (:func:`_uniform_handler`),
+    ``("if", expression)`` when its inputs decide it (:func:`_format_probe`,
+    :func:`_type_probe`), else ``("except", None)``: the ranks that raised (rank-local)."""
+    if _uniform_handler(st, handler):
+        return None
+    probe = _format_probe(st, handler)
+    if probe is None:
+        probe = _type_probe(st, handler)
+    return ("if", probe) if probe is not None else ("except", None)
 
 
 def _uniform_handler(st, handler):

@@ -2246,3 +2246,70 @@ def merge(q_loc, k):
 """
     found = lint_tree(tmp_path, {"prog.py": src})
     assert ("prog.py", "HK102", marks(src, "HERE"), marks(src, "BRANCH")) in found, found
+
+
+def test_a_type_question_handler_that_runs_a_collective_is_taken_on_every_rank_or_none(tmp_path):
+    # whether `x.repeat(reps)` raises TypeError is a question about reps's type
+    silent(tmp_path, """
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+
+
+def tile(x, reps):
+    try:
+        _ = x.repeat(reps)
+    except TypeError:
+        reps = comm.allgather(reps)
+    return reps
+""")
+
+
+#: look-alike p32 (heat's `diff`) where a per-rank value does reach the test
+LOOP_CARRIED = {
+    # an inner loop carries what its body assigned back to its own read, past no binding
+    "inner_while_carries_its_assignment": ("HK101", """
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+
+
+def pend(a, items, shape):
+    for p_el in items:
+        x = None
+        while a:
+            if x is not None:  # BRANCH
+                comm.Barrier()  # HERE
+            x = comm.rank if shape else None
+            a = a[1:]
+"""),
+    "inner_while_carries_the_loop_name": ("HK101", """
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+
+
+def pend(a, items):
+    for p_el in items:
+        while a:
+            if p_el is not None:  # BRANCH
+                comm.Barrier()  # HERE
+            p_el = comm.rank or None
+            a = a[1:]
+"""),
+    "loop_that_does_not_bind_the_name": ("HK101", """
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+
+
+def pend(items):
+    p_el = None
+    for item in items:
+        if p_el is not None:  # BRANCH
+            comm.Barrier()  # HERE
+        p_el = comm.rank or None
+"""),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LOOP_CARRIED))
+def test_a_value_carried_to_the_next_read_by_a_loop_still_counts(tmp_path, name):
+    code, src = LOOP_CARRIED[name]
+    expect(tmp_path, src, code)
