@@ -1717,33 +1717,60 @@ _TYPE_QUESTIONS = {"TypeError", "AttributeError", "NotImplementedError"}
 
 
 def _type_probe(st, handler):
-    """The value of the one statement of ``try:`` (``code = codes[canonical(from_)]``, ``return
-    a.shape``) when the handler catches only the errors of a type question (``TypeError``,
-    ``AttributeError``, ``NotImplementedError``): whether it raises is a question about the
-    types of what it reads (an object without ``.dtype``, a class the mapping does not know),
-    answered by the same code from the same inputs on every rank, so the handler is taken where
-    its inputs say (the expression is the handler's condition), not by the rank that raised.
-    None otherwise. (An error that comes from the state of the node, ``OSError``,
-    ``RuntimeError``, is not a type question.)"""
+    """What decides the handler of ``try`` statement ``st`` when it catches only the errors of a
+    type question (``TypeError``, ``AttributeError``, ``NotImplementedError``) and its body only
+    computes (assignments, expressions, returns, ``if`` and ``raise`` statements, no loop, no
+    ``with``, no nested ``try``): whether it raises is a question about the types of what it
+    reads (an object without ``.dtype``, a class a mapping does not know), answered by the same
+    code from the same inputs on every rank, so the handler is taken where those inputs say.
+    Returns the body's expressions as one tuple (the handler's condition; kept on the handler,
+    one node per handler), or None. A body that reads the node's state (a file, the clock, the
+    environment: :data:`_NODE_STATE`) is no type question, nor is ``OSError`` or
+    ``RuntimeError``."""
+    got = getattr(handler, "_hk_probe", False)
+    if got is not False:
+        return got
+    handler._hk_probe = probe = _type_probe_of(st, handler)
+    return probe
+
+
+def _type_probe_of(st, handler):
     t = handler.type
     names = t.elts if isinstance(t, ast.Tuple) else [t] if t is not None else []
     if not names or any((dotted(n) or [""])[-1] not in _TYPE_QUESTIONS for n in names):
         return None
-    if len(st.body) != 1 or not isinstance(st.body[0], (ast.Assign, ast.AnnAssign, ast.Return, ast.Expr)):
-        return None
-    v = st.body[0].value
-    if v is None:
-        return None
-    for x in ast.walk(v):
-        if isinstance(x, (ast.Await, ast.Yield, ast.YieldFrom, ast.NamedExpr)):
+    exprs = []
+    todo = list(st.body)
+    while todo:
+        b = todo.pop()
+        if isinstance(b, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Expr, ast.Return)):
+            if b.value is not None:
+                exprs.append(b.value)
+        elif isinstance(b, ast.If):
+            exprs.append(b.test)
+            todo.extend(b.body)
+            todo.extend(b.orelse)
+        elif isinstance(b, ast.Raise):
+            if b.exc is not None:
+                exprs.append(b.exc)
+        elif not isinstance(b, ast.Pass):
             return None
-        if isinstance(x, ast.Call):
-            d = dotted(x.func) or [""]
-            if _NODE_STATE.match(d[-1]) or d[-1] in C.LOCAL_METHODS or ".".join(d) in C.LOCAL_CALLS:
-                return None  # what it reads comes from the node, not from the probe's inputs
-        elif isinstance(x, ast.Attribute) and x.attr == "environ":
-            return None
-    return v
+    if not exprs:
+        return None
+    for e in exprs:
+        for x in ast.walk(e):
+            if isinstance(x, (ast.Await, ast.Yield, ast.YieldFrom, ast.NamedExpr, ast.Lambda)):
+                return None
+            if isinstance(x, ast.Call):
+                d = dotted(x.func) or [""]
+                if _NODE_STATE.match(d[-1]) or d[-1] in C.LOCAL_METHODS or ".".join(d) in C.LOCAL_CALLS:
+                    return None  # what it reads comes from the node, not from the probe's inputs
+            elif isinstance(x, ast.Attribute) and x.attr == "environ":
+                return None
+    if len(exprs) == 1:
+        return exprs[0]
+    exprs.sort(key=lambda e: (e.lineno, e.col_offset))
+    return ast.copy_location(ast.Tuple(elts=exprs, ctx=ast.Load()), exprs[0])
 
 
 #: calls that read the node's state (files, sockets, the clock, the environment): a type error in

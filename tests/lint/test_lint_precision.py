@@ -2313,3 +2313,53 @@ def pend(items):
 def test_a_value_carried_to_the_next_read_by_a_loop_still_counts(tmp_path, name):
     code, src = LOOP_CARRIED[name]
     expect(tmp_path, src, code)
+
+
+#: heat's `result_type`: a try body of several computing statements is one type question
+MULTI_STATEMENT_PROBE = """
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+
+
+def kind_of(arg):
+    try:
+        if isinstance(arg, (list, tuple)):
+            kind = type(arg[0])
+        else:
+            kind = arg.dtype
+        rank_of_kind = 0 if len(arg.shape) > 0 else 2
+    except (AttributeError, TypeError):
+        kind = type(arg)
+        rank_of_kind = 3
+    return kind, rank_of_kind
+
+
+def add_(t1, t2, buf):
+    if kind_of(t1)[0] is not kind_of(t2)[0]:
+        raise TypeError("operands of different kinds")
+    comm.Allreduce(MPI.IN_PLACE, buf, MPI.SUM)
+"""
+
+
+def test_a_try_body_that_only_computes_is_one_type_question(tmp_path):
+    silent(tmp_path, MULTI_STATEMENT_PROBE)
+
+
+#: the same probe with a body that is not only a computation: the handler stays rank-local
+MULTI_STATEMENT_REACHED = {
+    "body_with_a_loop": ("HK203", MULTI_STATEMENT_PROBE.replace(
+        "            kind = arg.dtype\n", "            for kind in arg.dtypes:\n                pass\n").replace(
+        "    if kind_of(t1)[0] is not kind_of(t2)[0]:", "    if kind_of(t1)[0] is not kind_of(t2)[0]:  # BRANCH").replace(
+        "    comm.Allreduce(MPI.IN_PLACE, buf, MPI.SUM)", "    comm.Allreduce(MPI.IN_PLACE, buf, MPI.SUM)  # HERE")),
+    "body_that_reads_a_file": ("HK203", MULTI_STATEMENT_PROBE.replace(
+        "            kind = arg.dtype\n", "            kind = open(arg).read()\n").replace(
+        "    if kind_of(t1)[0] is not kind_of(t2)[0]:", "    if kind_of(t1)[0] is not kind_of(t2)[0]:  # BRANCH").replace(
+        "    comm.Allreduce(MPI.IN_PLACE, buf, MPI.SUM)", "    comm.Allreduce(MPI.IN_PLACE, buf, MPI.SUM)  # HERE")),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MULTI_STATEMENT_REACHED))
+def test_a_try_body_that_does_more_than_compute_is_no_type_question(tmp_path, name):
+    code, src = MULTI_STATEMENT_REACHED[name]
+    assert "# HERE" in src and "# BRANCH" in src
+    expect(tmp_path, src, code)
