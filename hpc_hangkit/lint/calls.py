@@ -338,7 +338,7 @@ class Project:
             if taint is not None and all(isinstance(r, ast.Name) for r in rets):
                 _returned_lengths(mod, ff, taint, stmts, params, local if local is not None else walk_local(node))
         if rets and params:
-            ff.ret_params = _flows_from(rets, local if local is not None else walk_local(node), params)
+            ff.ret_params = _flows_from(rets, local if local is not None else walk_local(node), params) or _NONE
         if rets or attr_vals:
             kept = rets
             if rets and agreed:
@@ -366,10 +366,12 @@ class Project:
                     ref = call_ref(mod, ff.cls, ff.qualname, n)
                     if ref is not None:
                         ff.ret_calls.append(ref)
+        if ff.kwarg is not None:
+            ff.forwards = any(x[3] is not None and x[3][4] == ff.kwarg for x in ff.calls)
         if rets and ff.qualname != "<module>":
             kept = {r.id for r in rets if r.__class__ is _NAME and r.id in params} - {"self", "cls"}
             if kept:
-                ff.keeps_none = _keeps_none(node, kept)
+                ff.keeps_none = _keeps_none(node, kept) or _NONE
         if ff.qualname != "<module>" and (ff.calls or ff.directs) and ff.params:
             # a parameter the function assigns (`if planner is None: planner = Default()`) no
             # longer holds what the call passed, unless only through a call that may keep it
@@ -389,7 +391,7 @@ class Project:
                 # a test may also read an assigned parameter: unknown there, never its default
                 ff.tested = frozenset().union(*[names_of(t) - m for _, _, t, _, m in ff.cond_ranges]) & \
                     (fixed | set(early))
-                ff.rebinds = {k: v for k, v in rebinds.items() if k in ff.tested}
+                ff.rebinds = {k: v for k, v in rebinds.items() if k in ff.tested} or ()
         if ff.qualname != "<module>" and not has_return:
             ff.noreturn = any(_endless(n) for n in node.body)
         if ff.qualname != "<module>":
@@ -919,25 +921,32 @@ class Project:
         ``ff`` without them, made once per function and binding; else ``ff``. During
         :meth:`propagate` (``new``: the list of functions being propagated) the copy joins the
         fixpoint; afterwards its witness is taken from its remaining calls."""
-        if not ff.cond_ranges:
+        fwd = None
+        if ff.forwards and not (info is not None and info[4]):
+            # the keywords this call gives that no named parameter takes: what `**kwargs` holds
+            fwd = (tuple(k for k in info[1] if k not in ff.params),
+                   tuple((k, v) for k, v in info[2] if isinstance(k, str) and k not in ff.params)) \
+                if info is not None else ((), ())
+        if not ff.cond_ranges and fwd is None:
             return ff
         bound = 1 if (ff.cls and ff.params and ff.params[0] in ("self", "cls")
                       and not (info is not None and info[3])) else 0
-        binding = _binding(ff, info, bound)
+        binding = _binding(ff, info, bound) if ff.cond_ranges else {}
         for k in [k for k in binding if k in ff.rebinds]:
             if binding[k] is not None or not all(self._keeps_none(r, key) for r, key in ff.rebinds[k]):
                 del binding[k]
-        if not binding:
+        if not binding and fwd is None:
             return ff
-        key = (id(ff), tuple(sorted((k, type(v).__name__, repr(v)) for k, v in binding.items())))
+        key = (id(ff), tuple(sorted((k, type(v).__name__, repr(v)) for k, v in binding.items())),
+               None if fwd is None else (fwd[0], tuple((k, type(v).__name__, repr(v)) for k, v in fwd[1])))
         spec = self.__dict__.setdefault("_spec", {})
         hit = spec.get(key)
         if hit is not None:
             return hit
         dead = [(a, b) for a, b, test, pol, masked in ff.cond_ranges
                 if _truth(test, {k: v for k, v in binding.items() if k not in masked} if masked else binding)
-                is (not pol)]
-        if not dead:
+                is (not pol)] if binding else []
+        if not dead and fwd is None:
             spec[key] = ff
             return ff
 
@@ -948,6 +957,9 @@ class Project:
             setattr(c, slot, getattr(ff, slot))
         c.general = ff
         c.calls = [x for x in ff.calls if live(x[1], x[2])]
+        if fwd is not None:
+            c.calls = [(r, line, col, _forwarded(inf, fwd) if inf is not None and inf[4] == ff.kwarg else inf)
+                       for r, line, col, inf in c.calls]
         c.directs = [x for x in ff.directs if live(x[0], x[1])]
         c.direct, c.direct_line = (min(c.directs)[2], min(c.directs)[0]) if c.directs else (None, 0)
         if ff.marked:
@@ -1494,7 +1506,8 @@ def call_info(mod, call):
     """What :meth:`Project.specialized` needs of a call: None for a call without arguments,
     else ``(number of positional arguments, keyword names, ((position or keyword, constant),
     ...), explicit self, unpacked)``; explicit self: ``Class.method(obj, ...)`` on a class of the
-    module; unpacked: ``*args``/``**kwargs`` (the defaults are then unknown)."""
+    module; unpacked: ``*args``/``**kwargs`` (the defaults are then unknown): the name of the
+    mapping when the only unpacking is ``**name``, else True."""
     f = call.func
     explicit = isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id in mod.bases
     if not call.args and not call.keywords and not explicit:
@@ -1509,13 +1522,25 @@ def call_info(mod, call):
     names = []
     for k in call.keywords:
         if k.arg is None:
-            unpacked = True
+            # `**kwargs` alone: its name (a caller's keywords may be known); anything else: True
+            unpacked = k.value.id if isinstance(k.value, ast.Name) and unpacked is False else True
             continue
         names.append(k.arg)
         if isinstance(k.value, ast.Constant):
             consts.append((k.arg, k.value.value))
     info = (len(call.args), tuple(names), tuple(consts), explicit, unpacked)
     return _INFOS.setdefault(info, info)  # one object per distinct shape: most calls share a few
+
+
+def _forwarded(info, fwd):
+    """:func:`call_info` of a call that hands on ``**kwargs``, with the caller's keywords ``fwd``
+    (``(names, ((name, constant), ...))``) in their place: a keyword the caller did not give is
+    not in ``kwargs``, so the callee's parameter keeps its default."""
+    npos, names, consts, explicit, _ = info
+    names = names + tuple(k for k in fwd[0] if k not in names)
+    consts = consts + tuple(kv for kv in fwd[1] if kv[0] not in names[:len(info[1])])
+    info = (npos, names, consts, explicit, False)
+    return _INFOS.setdefault(info, info)
 
 
 #: interned :func:`call_info` tuples (the facts of a large tree hold hundreds of thousands of calls)
@@ -1797,7 +1822,7 @@ def _cond_block(stmts, params, early, in_loop, out):
         if isinstance(st, ast.If):
             read = names_of(st.test)
             end = getattr(st.test, "end_lineno", st.test.lineno)
-            masked = frozenset(p for p in early if p in read and (in_loop or end >= early[p]))
+            masked = frozenset(p for p in early if p in read and (in_loop or end >= early[p])) or _NONE
             if not params.isdisjoint(read) or any(p in read and p not in masked for p in early):
                 out.append(((st.body[0].lineno, st.body[0].col_offset), _end(st.body), st.test, True, masked))
                 if st.orelse:

@@ -42,6 +42,10 @@ FUNC_SIZE = re.compile(r"numel|nelement|shape|size|count_nonzero|__len__")
 _IGNORE = re.compile(r"#\s*hangkit:\s*ignore(?:\[([A-Z0-9, ]+)\])?")
 
 
+#: the empty set every fact starts from (one object: an empty frozenset is not shared, 216 bytes each)
+_NOTHING = frozenset()
+
+
 class FuncFacts:
     """One function (or ``<module>``, the module's top-level statements) as the call graph sees it.
 
@@ -61,7 +65,7 @@ class FuncFacts:
                  "directs", "cond_ranges", "tested", "general", "ret_agreed", "ret_uniform", "agreed_attrs",
                  "ret_elem_trips", "equal_count", "elem_args", "called", "p2p", "free_calls",
                  "uniform_params", "passes", "open_params", "ret_pad", "ret_fields", "agrees",
-                 "ret_direct", "ret_none", "ret_none_params", "rebinds", "keeps_none", "raise_at")
+                 "ret_direct", "ret_none", "ret_none_params", "rebinds", "keeps_none", "raise_at", "kwarg", "forwards")
 
     def __init__(self, module, qualname, cls, line, node, path=None):
         self.module = module
@@ -79,7 +83,7 @@ class FuncFacts:
         #: level of whether its return value is None (:func:`hpc_hangkit.lint.calls._none_level`),
         #: and the parameters that decides it also reads; None: not known
         self.ret_none = None
-        self.ret_none_params = frozenset()
+        self.ret_none_params = _NOTHING
         self.ret_calls = []
         self.noreturn = False
         self.witness = None
@@ -100,7 +104,7 @@ class FuncFacts:
         #: when every return is a tuple of one length: the rank level of each element, else None
         self.ret_elems = None
         #: parameter names the return values are computed from (directly or through locals)
-        self.ret_params = frozenset()
+        self.ret_params = _NOTHING
         #: parameter -> its default when that is a constant (``evaluate=False``); only for a
         #: function with :attr:`cond_ranges`
         self.defaults = {}
@@ -112,19 +116,25 @@ class FuncFacts:
         #: the rest of a block after ``if test: return``)
         self.cond_ranges = ()
         #: the names the tests of :attr:`cond_ranges` read
-        self.tested = frozenset()
+        self.tested = _NOTHING
         #: tested parameter -> ``((call ref, argument position or keyword), ...)``: the parameters
         #: whose every assignment is ``p = f(..., p, ...)`` (``split = sanitize_axis(shape,
         #: split)``); a call's None for one holds at the tests only when each ``f`` keeps a None
         #: None (:attr:`keeps_none`)
-        self.rebinds = {}
+        self.rebinds = ()
         #: the parameters that, when None, make every return it can reach return None (``return
         #: axis`` under ``if axis is None or ...:``): ``p = f(p)`` keeps a None ``p`` None
-        self.keeps_none = frozenset()
+        self.keeps_none = _NOTHING
         #: where it raises outside a ``try`` of its own, ``((line, col), ...)``: only for a function
         #: with :attr:`cond_ranges` that :attr:`raises` (a specialised copy raises only where
         #: these are live)
         self.raise_at = ()
+        #: the name of its ``**kwargs`` parameter, or None
+        a = getattr(node, "args", None)
+        self.kwarg = a.kwarg.arg if a is not None and getattr(a, "kwarg", None) is not None else None
+        #: it hands its ``**kwargs`` on to a tree call (``filter_stats(stats, **kwargs)``): a caller's
+        #: keywords reach that call (:meth:`~hpc_hangkit.lint.calls.Project.specialized`)
+        self.forwards = False
         #: for a copy specialised to constant arguments: the function it was copied from, else None
         self.general = None
         #: its return value is agreed through a collective (``return bool(flag)`` after
@@ -157,7 +167,7 @@ class FuncFacts:
         #: every rank; else None
         self.free_calls = None
         #: rank-named parameters that every tree call binds to such a value (after propagation)
-        self.uniform_params = frozenset()
+        self.uniform_params = _NOTHING
         #: ``[(call ref, param index or keyword, own parameter)]``: a parameter handed on as it is
         self.passes = ()
         #: parameters that can hold data from outside the tree's making (after propagation:
@@ -237,7 +247,7 @@ class ModuleFacts:
         #: id(scope) -> the words its code spells (:func:`scopes`)
         self.words = {}
         #: plain names the module calls a distinctive collective method on (:func:`comm_receivers`)
-        self.comm_receivers = frozenset()
+        self.comm_receivers = _NOTHING
 
     def line_text(self, line):
         """The stripped source text of 1-based ``line`` ('' when out of range)."""

@@ -2363,3 +2363,40 @@ def test_a_try_body_that_does_more_than_compute_is_no_type_question(tmp_path, na
     code, src = MULTI_STATEMENT_REACHED[name]
     assert "# HERE" in src and "# BRANCH" in src
     expect(tmp_path, src, code)
+
+
+#: look-alike p33 (pySDC's `get_sorted`) where the communicator does reach the callee
+FORWARDED_HELPERS = """
+from mpi4py import MPI
+
+
+def filter_stats(stats, comm=None, **kwargs):
+    result = dict(stats)
+    if comm is not None:
+        result = {k: v for part in comm.allgather(result) for k, v in part.items()}
+    return result
+
+
+def get_sorted(stats, sortby="time", **kwargs):
+    return sorted(filter_stats(stats, **kwargs).items())
+"""
+FORWARDED_REACHED = {
+    "communicator_given_by_keyword": ("HK101", FORWARDED_HELPERS + """
+
+def report(stats, space_comm):
+    if space_comm.rank == 0:  # BRANCH
+        return get_sorted(stats, type="niter", comm=space_comm)  # HERE
+"""),
+    "keywords_from_an_unpacked_mapping": ("HK101", FORWARDED_HELPERS + """
+
+def report(stats, space_comm, opts):
+    if space_comm.rank == 0:  # BRANCH
+        return get_sorted(stats, **opts)  # HERE
+"""),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FORWARDED_REACHED))
+def test_a_keyword_that_can_reach_the_forwarding_call_still_counts(tmp_path, name):
+    code, src = FORWARDED_REACHED[name]
+    expect(tmp_path, src, code)
