@@ -1,6 +1,8 @@
 """Issue 21's precision and recognition points, each as a flagged program and a silent one:
 display keywords, trip counts, single-process branches, wrapper modules from outside the tree,
 rank sources by name, tuple unpacking, rank-local sizes, constructor flow, HK107."""
+import textwrap
+
 import pytest
 
 from test_lint_rules import expect, lint_tree, marks, silent
@@ -2400,3 +2402,58 @@ def report(stats, space_comm, opts):
 def test_a_keyword_that_can_reach_the_forwarding_call_still_counts(tmp_path, name):
     code, src = FORWARDED_REACHED[name]
     expect(tmp_path, src, code)
+
+
+#: pySDC's controller and nbodykit's task manager: a collective on a communicator that a
+#: `Split` made, under a test of the rank (or of the split's own color)
+SUBGROUP_RUN = """
+from mpi4py import MPI
+
+
+def run(comm, t0, dt, tend, step):
+    time = t0 + dt * comm.rank
+    active = time < tend
+    comm_active = comm.Split(active)
+    while active:  # BRANCH
+        dts = comm_active.allgather(dt)  # HERE
+        time += sum(dts)
+        active = time < tend
+        if not all(comm_active.allgather(active)):
+            new = comm_active.Split(active)
+            comm_active.Free()
+            comm_active = new
+"""
+
+
+def _severities(tmp_path, src):
+    from hpc_hangkit.lint import lint_paths
+    p = tmp_path / "prog.py"
+    p.write_text(src)
+    res = lint_paths([str(p)])
+    return [(f.code, f.line, f.severity) for f in res.findings]
+
+
+def _at(found, line):
+    return [f for f in found if f[1] == line]
+
+
+def test_a_collective_on_a_split_communicator_under_a_rank_test_is_a_warning(tmp_path):
+    # which ranks are members is the split's business: reported, at warning level
+    line = marks(SUBGROUP_RUN, "HERE")
+    found = _severities(tmp_path, textwrap.dedent(SUBGROUP_RUN))
+    assert _at(found, line) == [("HK105", line, "warning")], found
+
+
+def test_the_same_loop_on_the_whole_communicator_is_an_error(tmp_path):
+    src = SUBGROUP_RUN.replace("comm_active.allgather(dt)", "comm.allgather(dt)")
+    line = marks(src, "HERE")
+    found = _severities(tmp_path, textwrap.dedent(src))
+    assert _at(found, line) == [("HK105", line, "error")], found
+
+
+def test_a_communicator_also_assigned_from_elsewhere_is_no_subgroup(tmp_path):
+    src = SUBGROUP_RUN.replace("            comm_active = new\n", "            comm_active = new\n"
+                               "        if step:\n            comm_active = comm\n")
+    line = marks(src, "HERE")
+    found = _severities(tmp_path, textwrap.dedent(src))
+    assert _at(found, line) == [("HK105", line, "error")], found
