@@ -82,6 +82,9 @@ class Taint:
         self.trip_env = {}
         #: name -> {line of an assignment: trip level of what it assigns}, as :attr:`sites`
         self.trip_sites = {}
+        #: id of a name read inside a comprehension that binds it -> the binding pair of its
+        #: generator (:func:`_comprehension_bindings`)
+        self._comp_bind = None
         if facts is None and project is not None:
             facts = _facts_of(project, mod, fn)
         self.facts = facts
@@ -169,13 +172,11 @@ class Taint:
             elif isinstance(n, ast.withitem) and n.optional_vars is not None:
                 assigns.append((n.optional_vars, n.context_expr, (), None))
         # a comprehension's variable lives in the comprehension: it does not change a local of
-        # the same name (`i` of `for i in range(n)` and of `[r for i in ranks]`)
-        outer = {name for target, _, _, _ in assigns for name in _names(target)}
+        # the same name (`i` of `for i in range(n)` and of `[r for i in ranks]`), nor the
+        # variable of another comprehension; a read of it takes its own generator's level
+        if comps:
+            self._comp_bind = _comprehension_bindings(self.fn, self._loop_pairs)
         anywhere = set()
-        for c in comps:
-            if not (set(_names(c[0])) & outer):
-                assigns.append(c)
-                anywhere.add(id(c[1]))
         self._assigns = assigns
         for target, value, conds, part in assigns:
             self.assigned.update(_names(target))
@@ -270,6 +271,14 @@ class Taint:
             if self._tests is not None:  # (a trip count asked on the way starts the memo again)
                 self._tests[key] = got
         return got
+
+    def _pair_level(self, pair):
+        """Level of what a loop or comprehension pair ``(target, value, conds, part)`` gives its
+        name (:meth:`_loop_pairs`)."""
+        _, value, _, part = pair
+        if part in (None, "element"):
+            return self.level(value)
+        return self._elem_level(value, part) if isinstance(part, int) else self._part_level(value, part)
 
     def _loop_pairs(self, target, it):
         """A loop's assignments: ``for i, x in enumerate(xs)`` gives ``i`` the iteration's
@@ -438,6 +447,10 @@ class Taint:
         if t is _CONSTANT:
             return 0
         if t is _NAME:
+            if self._comp_bind:
+                pair = self._comp_bind.get(id(e))
+                if pair is not None:
+                    return self._pair_level(pair)
             if e.id in self.agreed:
                 return 0
             if e.id in C.RANK_NAMES and e.id not in self.assigned:
@@ -1027,6 +1040,8 @@ class Taint:
             return 0
         if self._trips_due:
             self._trips()
+        if self._comp_bind and isinstance(e, ast.Name) and id(e) in self._comp_bind:
+            return self._pair_level(self._comp_bind[id(e)])  # an element's length: as its value
         if isinstance(e, ast.Name) and e.id in self.assigned and e.id not in self.agreed:
             if self._at is not None:
                 if self._pads is None:
@@ -1270,6 +1285,48 @@ def _first_and_last(values):
 def _span(stmts):
     """(first, last) line of a statement list."""
     return stmts[0].lineno, getattr(stmts[-1], "end_lineno", None) or stmts[-1].lineno
+
+
+_COMPS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
+
+
+def _comprehension_bindings(fn, pairs_of):
+    """``{id of a Name read: binding pair}`` for the names a comprehension of ``fn`` binds and
+    reads: in its element (key and value), its conditions and the later generators' iterables
+    (an inner comprehension that binds the name again takes its reads). ``pairs_of(target,
+    iterable)`` gives a generator's pairs (:meth:`Taint._loop_pairs`)."""
+    out = {}
+    for c in ast.walk(fn):
+        if not isinstance(c, _COMPS):
+            continue
+        bound = {}
+        for i, g in enumerate(c.generators):
+            if i:
+                _bind_reads(g.iter, bound, out)
+            for pair in pairs_of(g.target, g.iter):
+                for name in _names(pair[0]):
+                    bound[name] = pair
+            for cond in g.ifs:
+                _bind_reads(cond, bound, out)
+        for part in ((c.key, c.value) if isinstance(c, ast.DictComp) else (c.elt,)):
+            _bind_reads(part, bound, out)
+    return out
+
+
+def _bind_reads(e, bound, out):
+    """Map each read of a name of ``bound`` in ``e`` (not inside a lambda or a nested
+    comprehension, mapped when that one is) to its binding pair."""
+    stack = [e]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, ast.Name):
+            pair = bound.get(n.id)
+            if pair is not None and isinstance(n.ctx, ast.Load):
+                out[id(n)] = pair
+            continue
+        if isinstance(n, ast.Lambda):
+            continue
+        stack.extend(ast.iter_child_nodes(n))
 
 
 def _dominance(fn):

@@ -2457,3 +2457,48 @@ def test_a_communicator_also_assigned_from_elsewhere_is_no_subgroup(tmp_path):
     line = marks(src, "HERE")
     found = _severities(tmp_path, textwrap.dedent(src))
     assert _at(found, line) == [("HK105", line, "error")], found
+
+
+#: look-alike p34 (pySDC's controller): where the comprehension does read a per-rank value
+COMPREHENSION_REACHED = {
+    "assigned_before_the_comprehension": ("HK103", """
+from mpi4py import MPI
+
+
+def setup(comm, dt, t0, tend):
+    all_dt = comm.allgather(dt)
+    num_procs = comm.rank + 1
+    all_active = [t0 + sum(all_dt[:p]) < tend for p in range(num_procs)]
+    if not any(all_active):  # BRANCH
+        raise RuntimeError("nothing to do")
+    comm.Barrier()  # HERE
+"""),
+    "elements_of_a_per_rank_listing": ("HK205", """
+import os
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+
+
+def sweep(path):
+    names = [me for me in os.listdir(path)]
+    for n in names:  # BRANCH
+        comm.allgather(n)  # HERE
+"""),
+    "inner_comprehension_reads_the_outer_variable": ("HK205", """
+import os
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+
+
+def sweep(groups):
+    rows = [[x for x in os.listdir(g)] for g in groups]
+    for r in rows[0]:  # BRANCH
+        comm.allgather(r)  # HERE
+"""),
+}
+
+
+@pytest.mark.parametrize("name", sorted(COMPREHENSION_REACHED))
+def test_a_comprehension_that_reads_a_per_rank_value_still_counts(tmp_path, name):
+    code, src = COMPREHENSION_REACHED[name]
+    expect(tmp_path, src, code)
