@@ -301,40 +301,58 @@ class _Walker:
         color's business (a master/worker split, `comm_active = comm.Split(active)` under
         `while active:`): the finding is reported at ``warning`` level (measured: 16 such
         `error` findings in nbodykit and pySDC, all false alarms)."""
-        cands = [call.func.value] if isinstance(call.func, ast.Attribute) else []
-        cands += [k.value for k in call.keywords if k.arg in ("comm", "communicator")]
+        where, at = self.ff, call
+        if self.taint.call_kind(call)[0] != "collective":
+            # a helper of this module's class: the collective it reaches, in its own function
+            callee = self.project.callee(self.mod, self.ff.cls, self.ff.qualname, call)
+            seen = set()
+            while callee is not None and callee.via is not None and callee.via[1] is not None and \
+                    id(callee) not in seen:
+                seen.add(id(callee))
+                callee = callee.via[1]
+            if callee is None or callee.via is None or callee.path != self.ff.path or \
+                    callee.cls != self.ff.cls or callee.node is None:
+                return False
+            line = callee.via[0]
+            at = next((n for n in walk_local(callee.node) if isinstance(n, ast.Call) and n.lineno == line
+                       and isinstance(n.func, ast.Attribute)), None)
+            if at is None:
+                return False
+            where = callee.general or callee
+        cands = [at.func.value] if isinstance(at.func, ast.Attribute) else []
+        cands += [k.value for k in at.keywords if k.arg in ("comm", "communicator")]
         for e in cands:
             d = dotted(e)
             if not d or len(d) > 2 or (len(d) == 2 and d[0] != "self"):
                 continue
-            key = tuple(d)
+            key = (where.qualname,) + tuple(d) if len(d) == 1 else tuple(d)
             got = self._subgroups.get(key)
             if got is None:
-                got = self._subgroups[key] = self._made_by_split(key)
+                got = self._subgroups[key] = self._made_by_split(tuple(d), where)
             if got:
                 return True
         return False
 
-    def _made_by_split(self, key, depth=0):
+    def _made_by_split(self, key, ff, depth=0):
         """True when every value ``key`` (a local, or ``("self", attr)``) is assigned is a
         ``Split``-like call (:data:`_SPLITS`) with a color that is not a constant, None, or a
         local that only ever holds those, and at least one is such a call."""
         vals = []
         if len(key) == 1:
-            for n in walk_local(self.ff.node):
+            for n in walk_local(ff.node):
                 if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == key[0] for t in n.targets):
                     vals.append(n.value)
                 elif isinstance(n, (ast.AugAssign, ast.AnnAssign, ast.For, ast.withitem, ast.NamedExpr)):
                     t = n.optional_vars if isinstance(n, ast.withitem) else n.target
                     if t is not None and key[0] in {x.id for x in ast.walk(t) if isinstance(x, ast.Name)}:
                         return False
-            if key[0] in self.ff.params:
+            if key[0] in ff.params:
                 return False
         else:
-            for ff in self.mod.funcs.values():
-                if ff.cls != self.ff.cls or ff.node is None:
+            for other in self.mod.funcs.values():
+                if other.cls != ff.cls or other.node is None:
                     continue
-                for n in walk_local(ff.node):
+                for n in walk_local(other.node):
                     if isinstance(n, ast.Assign) and any(
                             isinstance(t, ast.Attribute) and t.attr == key[1] and isinstance(t.value, ast.Name)
                             and t.value.id == "self" for t in n.targets):
@@ -347,7 +365,7 @@ class _Walker:
             elif isinstance(v, ast.Constant) and v.value is None:
                 continue
             elif isinstance(v, ast.Name) and len(key) == 1 and depth < 3 and v.id != key[0] and \
-                    self._made_by_split((v.id,), depth + 1):
+                    self._made_by_split((v.id,), ff, depth + 1):
                 split = True
             else:
                 return False

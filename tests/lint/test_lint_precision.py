@@ -2502,3 +2502,45 @@ def sweep(groups):
 def test_a_comprehension_that_reads_a_per_rank_value_still_counts(tmp_path, name):
     code, src = COMPREHENSION_REACHED[name]
     expect(tmp_path, src, code)
+
+
+#: nbodykit's task manager: the workers' broadcast, in a helper of the class, is on the
+#: communicator a `Split` made in `__enter__`
+TASK_MANAGER = """
+from mpi4py import MPI
+
+
+class TaskManager:
+    def __init__(self, comm):
+        self.basecomm = comm
+        self.comm = None
+
+    def __enter__(self):
+        color = 0 if self.basecomm.rank == 0 else 1 + (self.basecomm.rank - 1) % 2
+        self.comm = self.basecomm.Split(color, 0)
+        return self
+
+    def _get_task(self):
+        return self.comm.bcast(None)
+
+    def iterate(self, tasks):
+        if self.basecomm.rank == 0:
+            for t in tasks:
+                self.basecomm.send(t, dest=1)
+        else:
+            task = self._get_task()  # HERE
+            print(task)
+"""
+
+
+def test_a_helper_whose_collective_is_on_a_split_communicator_is_a_warning(tmp_path):
+    line = marks(TASK_MANAGER, "HERE")
+    found = _severities(tmp_path, textwrap.dedent(TASK_MANAGER))
+    assert _at(found, line) == [("HK101", line, "warning")], found
+
+
+def test_a_helper_whose_collective_is_on_the_whole_communicator_is_an_error(tmp_path):
+    src = TASK_MANAGER.replace("return self.comm.bcast(None)", "return self.basecomm.bcast(None)")
+    line = marks(src, "HERE")
+    found = _severities(tmp_path, textwrap.dedent(src))
+    assert _at(found, line) == [("HK101", line, "error")], found
