@@ -301,25 +301,31 @@ class _Walker:
         color's business (a master/worker split, `comm_active = comm.Split(active)` under
         `while active:`): the finding is reported at ``warning`` level (measured: 16 such
         `error` findings in nbodykit and pySDC, all false alarms)."""
-        where, at = self.ff, call
-        if self.taint.call_kind(call)[0] != "collective":
-            # a helper of this module's class: the collective it reaches, in its own function
-            callee = self.project.callee(self.mod, self.ff.cls, self.ff.qualname, call)
-            seen = set()
-            while callee is not None and callee.via is not None and callee.via[1] is not None and \
-                    id(callee) not in seen:
-                seen.add(id(callee))
-                callee = callee.via[1]
-            if callee is None or callee.via is None or callee.path != self.ff.path or \
-                    callee.cls != self.ff.cls or callee.node is None:
-                return False
-            line = callee.via[0]
-            at = next((n for n in walk_local(callee.node) if isinstance(n, ast.Call) and n.lineno == line
-                       and isinstance(n.func, ast.Attribute)), None)
-            if at is None:
-                return False
-            where = callee.general or callee
-        cands = [at.func.value] if isinstance(at.func, ast.Attribute) else []
+        if self._split_operand(call, self.ff):
+            return True
+        if self.taint.call_kind(call)[0] == "collective":
+            return False
+        # a helper of this module's class: the collective it reaches, in its own function
+        callee = self.project.callee(self.mod, self.ff.cls, self.ff.qualname, call)
+        seen = set()
+        while callee is not None and callee.via is not None and callee.via[1] is not None and \
+                id(callee) not in seen:
+            seen.add(id(callee))
+            callee = callee.via[1]
+        if callee is None or callee.via is None or callee.path != self.ff.path or \
+                callee.cls != self.ff.cls or callee.node is None:
+            return False
+        line = callee.via[0]
+        at = next((n for n in walk_local(callee.node) if isinstance(n, ast.Call) and n.lineno == line
+                   and isinstance(n.func, ast.Attribute)), None)
+        return at is not None and self._split_operand(at, callee.general or callee)
+
+    def _split_operand(self, at, where):
+        """True when call ``at`` (in function ``where``) runs on a communicator that only a
+        ``Split`` makes (:meth:`_made_by_split`): its receiver, when it is a collective, or its
+        ``comm=`` argument."""
+        cands = [at.func.value] if isinstance(at.func, ast.Attribute) and (
+            where is not self.ff or self.taint.call_kind(at)[0] == "collective") else []
         cands += [k.value for k in at.keywords if k.arg in ("comm", "communicator")]
         for e in cands:
             d = dotted(e)
