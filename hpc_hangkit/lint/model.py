@@ -374,7 +374,8 @@ _OPAQUE_T = frozenset((ast.Lambda, ast.ClassDef))
 _IMPORT_T = frozenset((ast.Import, ast.ImportFrom))
 #: node types the facts and the taint read from a scope's list (everything else is only walked through)
 KEPT = frozenset((ast.Assign, ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor, ast.comprehension,
-                  ast.NamedExpr, ast.withitem, ast.Call, ast.Return))
+                  ast.NamedExpr, ast.withitem, ast.Call, ast.Return,
+                  ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp))
 #: leaves never worth a visit: contexts, operators, names, constants
 _LEAF_T = frozenset([ast.Load, ast.Store, ast.Del, ast.Name, ast.Constant, ast.alias, ast.arg] +
                     [c for c in vars(ast).values() if isinstance(c, type) and issubclass(

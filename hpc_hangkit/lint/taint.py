@@ -175,7 +175,8 @@ class Taint:
         # the same name (`i` of `for i in range(n)` and of `[r for i in ranks]`), nor the
         # variable of another comprehension; a read of it takes its own generator's level
         if comps:
-            self._comp_bind = _comprehension_bindings(self.fn, self._loop_pairs)
+            self._comp_bind = _comprehension_bindings(local if local is not None else walk_local(self.fn),
+                                                      self._loop_pairs)
         anywhere = set()
         self._assigns = assigns
         for target, value, conds, part in assigns:
@@ -1287,17 +1288,18 @@ def _span(stmts):
     return stmts[0].lineno, getattr(stmts[-1], "end_lineno", None) or stmts[-1].lineno
 
 
-_COMPS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
+_COMPS = frozenset((ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp))
 
 
-def _comprehension_bindings(fn, pairs_of):
-    """``{id of a Name read: binding pair}`` for the names a comprehension of ``fn`` binds and
-    reads: in its element (key and value), its conditions and the later generators' iterables
-    (an inner comprehension that binds the name again takes its reads). ``pairs_of(target,
-    iterable)`` gives a generator's pairs (:meth:`Taint._loop_pairs`)."""
+def _comprehension_bindings(nodes, pairs_of):
+    """``{id of a Name read: binding pair}`` for the names a comprehension among ``nodes`` (a
+    function's own nodes, outer before inner) binds and reads: in its element (key and value),
+    its conditions and the later generators' iterables (an inner comprehension that binds the
+    name again takes its reads). ``pairs_of(target, iterable)`` gives a generator's pairs
+    (:meth:`Taint._loop_pairs`)."""
     out = {}
-    for c in ast.walk(fn):
-        if not isinstance(c, _COMPS):
+    for c in nodes:
+        if c.__class__ not in _COMPS:
             continue
         bound = {}
         for i, g in enumerate(c.generators):
