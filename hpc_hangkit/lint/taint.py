@@ -761,24 +761,23 @@ class Taint:
                 best = (a, b)
         return best
 
-    def level_at(self, e, line):
-        """:meth:`level` of ``e`` read at ``line``: a local's assignments later in the function
-        (outside any loop around both) do not count."""
+    def _read_at(self, how, e, line):
+        """``how(e)`` with the reads of locals made at ``line`` (:attr:`_at`)."""
         saved = self._at
         self._at = line
         try:
-            return self.level(e)
+            return how(e)
         finally:
             self._at = saved
 
+    def level_at(self, e, line):
+        """:meth:`level` of ``e`` read at ``line``: a local's assignments later in the function
+        (outside any loop around both) do not count."""
+        return self._read_at(self.level, e, line)
+
     def test_level_at(self, e, line):
         """:meth:`test_level` of condition ``e`` read at ``line`` (:meth:`level_at`)."""
-        saved = self._at
-        self._at = line
-        try:
-            return self.test_level(e)
-        finally:
-            self._at = saved
+        return self._read_at(self.test_level, e, line)
 
     def test_level(self, e):
         """Level of a condition: as :meth:`level`, and the truth of per-rank data (``if batch:``,
@@ -813,12 +812,7 @@ class Taint:
 
     def iter_level_at(self, e, line):
         """:meth:`iter_level` of iterable ``e`` read at ``line`` (:meth:`level_at`)."""
-        saved = self._at
-        self._at = line
-        try:
-            return self.iter_level(e)
-        finally:
-            self._at = saved
+        return self._read_at(self.iter_level, e, line)
 
     def iter_level(self, e):
         """Level of a loop's trip count over iterable ``e`` (:meth:`trip_level`). Iterating a
