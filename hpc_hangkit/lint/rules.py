@@ -427,7 +427,7 @@ class _Walker:
                            % ("rank-dependent" if dep else "rank-local", e.kind), e.direct)
             return
         if name in _SIZE_MUST_MATCH and call.args and isinstance(call.args[0], ast.Name):
-            test = self.taint.guarded_by.get(call.args[0].id)
+            test = self.taint.guard_reaching(call.args[0].id, call.lineno)
             if test is not None and call.args[0].id not in self.taint.agreed:
                 self._emit("HK107", call, w, test.lineno,
                            "gets `%s`, built under a rank-dependent branch: every rank must hand it a buffer "

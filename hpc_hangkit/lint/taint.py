@@ -75,7 +75,8 @@ class Taint:
         self.single = set()
         #: name -> the ``disable=`` expression of the progress bar assigned to it
         self.bars = {}
-        #: name -> test of the rank-dependent branch it is assigned under (``if rank == 0: n = 4``)
+        #: name -> ``[(line, test)]``: its assignments under a rank-dependent branch (``if rank
+        #: == 0: n = 4``) and the branch's test (:meth:`guard_reaching`)
         self.guarded_by = {}
         #: local name -> level of the trip count of what it holds (a prepared loader: 0 even when
         #: built from the rank)
@@ -227,11 +228,11 @@ class Taint:
         self._trips_due = self._env_done = True
         if self.project is not None:
             # the rules read it (HK107); the facts (no project) do not
-            for target, value, conds, part in assigns:
+            for (target, value, conds, part), line in zip(assigns, lines):
                 for kind, c in conds:
                     if kind == "if" and self._cond_level(c) == 2:
                         for name in _names(target):
-                            self.guarded_by.setdefault(name, c)
+                            self.guarded_by.setdefault(name, []).append((line, c))
                         break
         self._tests = None
 
@@ -760,6 +761,15 @@ class Taint:
             if a <= line <= b and a <= at <= b and (best is None or a > best[0]):
                 best = (a, b)
         return best
+
+    def guard_reaching(self, name, at):
+        """The test of the first rank-dependent branch under which ``name`` is assigned where
+        that assignment can reach a read at line ``at`` (:meth:`_may_reach`, not replaced on the
+        way: :meth:`_killed`), or None."""
+        for line, test in self.guarded_by.get(name, ()):
+            if self._may_reach(line, at) and not self._killed(name, line, at):
+                return test
+        return None
 
     def _read_at(self, how, e, line):
         """``how(e)`` with the reads of locals made at ``line`` (:attr:`_at`)."""

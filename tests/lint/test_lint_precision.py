@@ -2494,3 +2494,36 @@ def test_a_shape_that_can_still_diverge_is_still_reported(tmp_path, name):
     code, src = STILL_REPORTED[name]
     assert "# HERE" in src and "# BRANCH" in src
     expect(tmp_path, src, code)
+
+
+def test_a_buffer_reassigned_under_a_rank_branch_after_the_reduction_is_no_hk107(tmp_path):
+    # colossalai's 3D classifier: every rank reduces the product it computed, then the ranks
+    # that are not the destination drop it
+    silent(tmp_path, """
+import torch
+import torch.distributed as dist
+
+
+def backward(a, b, group):
+    out = torch.matmul(a, b)
+    dist.reduce(out, dst=0, group=group)
+    if dist.get_rank(group) != 0:
+        out = None
+    return out
+""")
+
+
+def test_a_buffer_sized_under_a_rank_branch_in_a_loop_around_the_reduction_is_hk107(tmp_path):
+    # the next iteration's reduction gets the buffer the branch built
+    expect(tmp_path, """
+import torch
+import torch.distributed as dist
+
+
+def steps(a, group, n):
+    out = torch.zeros(4)
+    for _ in range(n):
+        dist.reduce(out, dst=0, group=group)  # HERE
+        if dist.get_rank(group) == 0:  # BRANCH
+            out = torch.zeros(8)
+""", "HK107")
