@@ -9,6 +9,7 @@ it (``related_line``). Stdlib only.
 import ast
 import copy
 import os
+import re
 from typing import NamedTuple
 
 from hpc_hangkit.lint import collectives as C
@@ -153,6 +154,25 @@ def _header_exprs(st):
     return [st]
 
 
+#: the words that name an axis of a parallel layout
+_AXES = {"tensor", "pipeline", "data", "expert", "context", "sequence", "dp", "tp", "pp", "ep", "cp", "sp",
+         "embedding", "position", "stage"}
+
+
+def _words(e):
+    """The lower-case words of the names in expression ``e`` (split at ``_`` and ``.``)."""
+    out = []
+    for n in ast.walk(e):
+        x = n.id if isinstance(n, ast.Name) else n.attr if isinstance(n, ast.Attribute) else None
+        if x:
+            out.extend(w for w in x.lower().split("_") if w)
+    return out
+
+
+#: keyword arguments that hand a collective its process group
+_GROUP_KEYWORDS = ("group", "process_group", "pg", "parallel_mode", "comm_group")
+#: a rank call named for one axis of a parallel layout (its answer is a place within a group)
+_AXIS_WORDS = re.compile(r"parallel|pipeline|tensor|data_|expert|stage|_dp_|_tp_|_pp_|_ep_|^dp_|^tp_|^pp_|^ep_", re.I)
 #: the MPI calls that make a communicator of some of the ranks
 _SPLITS = {"Split", "Split_type", "Create_group", "Create"}
 #: the calls that answer a communicator's size
@@ -282,8 +302,10 @@ class _Walker:
         if id(node) in self.seen:
             return
         self.seen.add(id(node))
-        if direct and code.startswith("HK1") and isinstance(node, ast.Call) and self._on_subgroup(node):
-            direct = False
+        if direct and code.startswith("HK1") and isinstance(node, ast.Call):
+            group = self._group_of(node)
+            if self._on_subgroup(node) or (group is not None and self._group_relative_test(line, group)):
+                direct = False
         chain = self.chain(node) if isinstance(node, ast.Call) else ()
         msg = "%s %s (line %d: `%s`)" % (what, detail, line, self.mod.line_text(line))
         if chain:
@@ -338,6 +360,77 @@ class _Walker:
             if got:
                 return True
         return False
+
+    def _group_of(self, call):
+        """The process group or parallel mode ``call`` is handed, other than the world
+        (``group=self.tp_group``, ``gpc.get_group(ParallelMode.TENSOR)``, a mode or a ``*_group``
+        name among the arguments of a wrapper), or None."""
+        for k in call.keywords:
+            if k.arg in _GROUP_KEYWORDS:
+                if (isinstance(k.value, ast.Constant) and k.value.value is None) or \
+                        (dotted(k.value) or [""])[-1] in ("WORLD", "COMM_WORLD"):
+                    return None
+                return k.value
+        for a in call.args:
+            d = dotted(a) or (dotted(a.func) if isinstance(a, ast.Call) else None) or []
+            if d and (d[-1].endswith(("_group", "_pg", "parallel_mode")) or "ParallelMode" in d or
+                      d[-1] in ("get_group", "get_process_group")):
+                return a
+        return None
+
+    def _group_relative_test(self, line, group):
+        """True when the rank-dependent test at ``line`` reads only this rank's place within a
+        named group or mesh axis other than ``group`` (the collective's): a rank call given a
+        group (`dist.get_rank(self.dp_group)`, `gpc.get_local_rank(ParallelMode.X)`,
+        `mesh.coordinate(axis)`) or named for an axis (`get_tensor_model_parallel_rank()`,
+        `is_first_stage()`), directly or through locals assigned one, and no process-wide rank.
+        The members of a group on another axis share that place, so whether they all take the
+        same side is the layout's business (colossalai's 2D/3D layers, Megatron-Core's
+        pipeline stages); a rank in the collective's own group keeps the finding an error."""
+        gtexts = {ast.dump(x) for x in ast.walk(group) if isinstance(x, ast.expr)}
+        gwords = set(_words(group))
+        test = None
+        for n in walk_local(self.ff.node):
+            if isinstance(n, (ast.If, ast.While)) and n.lineno == line:
+                test = n.test
+                break
+            if isinstance(n, (ast.For, ast.AsyncFor)) and n.lineno == line:
+                test = n.iter
+                break
+        if test is None:
+            return False
+        rel = glob = 0
+        todo, seen = [test], set()
+        while todo:
+            for n in ast.walk(todo.pop()):
+                if isinstance(n, ast.Call):
+                    name = (dotted(n.func) or [""])[-1]
+                    if "stage" in name.lower() and name.startswith("is_") or name == "coordinate" or \
+                            C.is_rank_call(name):
+                        given = list(n.args) + [k.value for k in n.keywords]
+                        if given:
+                            if any(ast.dump(a) in gtexts for a in given):
+                                glob += 1  # this rank's place in the collective's own group
+                            else:
+                                rel += 1
+                        elif _AXIS_WORDS.search(name) or "stage" in name.lower():
+                            if set(w for w in name.lower().split("_") if w) & gwords & _AXES:
+                                glob += 1
+                            else:
+                                rel += 1
+                        else:
+                            glob += 1
+                elif isinstance(n, ast.Attribute) and (n.attr in C.RANK_NAMES or C.is_rank_attr(n.attr)):
+                    glob += 1
+                elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id not in seen:
+                    seen.add(n.id)
+                    vals = [a.value for a in walk_local(self.ff.node) if isinstance(a, ast.Assign) and any(
+                        isinstance(t, ast.Name) and t.id == n.id for t in a.targets)]
+                    if vals:
+                        todo.extend(vals)
+                    elif n.id in C.RANK_NAMES:
+                        glob += 1
+        return rel > 0 and glob == 0
 
     def _made_by_split(self, key, ff, depth=0):
         """True when every value ``key`` (a local, or ``("self", attr)``) is assigned is a

@@ -2413,6 +2413,34 @@ class TaskManager:
 """
 
 
+#: a rank's place on one axis of a parallel layout tested before a collective on a group
+#: (colossalai 0.5.0's 2D/3D layers; Megatron-Core's stages): its level says whether the
+#: place is in the collective's own group
+MESH_AXES = """
+import torch.distributed as dist
+from colossalai.context import ParallelMode
+from colossalai.core import global_context as gpc
+
+
+def get_tensor_model_parallel_rank():
+    return gpc.get_local_rank(ParallelMode.TENSOR)
+
+
+def get_pipeline_model_parallel_rank():
+    return gpc.get_local_rank(ParallelMode.PIPELINE)
+
+
+def get_tensor_model_parallel_group():
+    return gpc.get_group(ParallelMode.TENSOR)
+
+
+def load_weight(weight, src):
+    if gpc.get_local_rank(ParallelMode.PARALLEL_2D_COL) == 0:  # BRANCH
+        dist.broadcast(weight, src=src, group=gpc.get_group(ParallelMode.PARALLEL_2D_ROW))  # HERE
+    return weight
+"""
+
+
 def _at(found, line):
     return [f for f in found if f[1] == line]
 
@@ -2429,6 +2457,21 @@ SUBGROUP_LEVELS = {
     "a_helper_on_the_split_communicator": (TASK_MANAGER, "HK101", "warning"),
     "a_helper_on_the_whole_communicator": (TASK_MANAGER.replace(
         "return self.comm.bcast(None)", "return self.basecomm.bcast(None)"), "HK101", "error"),
+    # colossalai's 2D layers: a place on the column axis, a broadcast on the row group
+    "a_place_on_another_axis": (MESH_AXES, "HK101", "warning"),
+    "a_place_in_the_collectives_own_group": (MESH_AXES.replace(
+        "get_local_rank(ParallelMode.PARALLEL_2D_COL)", "get_local_rank(ParallelMode.PARALLEL_2D_ROW)"),
+        "HK101", "error"),
+    "the_process_wide_rank": (MESH_AXES.replace(
+        "gpc.get_local_rank(ParallelMode.PARALLEL_2D_COL)", "dist.get_rank()"), "HK101", "error"),
+    "a_named_axis_rank_and_its_own_group": (MESH_AXES.replace(
+        "gpc.get_local_rank(ParallelMode.PARALLEL_2D_COL)", "get_tensor_model_parallel_rank()").replace(
+        "group=gpc.get_group(ParallelMode.PARALLEL_2D_ROW)", "group=get_tensor_model_parallel_group()"),
+        "HK101", "error"),
+    "a_named_axis_rank_and_another_group": (MESH_AXES.replace(
+        "gpc.get_local_rank(ParallelMode.PARALLEL_2D_COL)", "get_pipeline_model_parallel_rank()").replace(
+        "group=gpc.get_group(ParallelMode.PARALLEL_2D_ROW)", "group=get_tensor_model_parallel_group()"),
+        "HK101", "warning"),
 }
 
 
