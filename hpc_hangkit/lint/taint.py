@@ -178,7 +178,6 @@ class Taint:
         if comps:
             self._comp_bind = _comprehension_bindings(local if local is not None else walk_local(self.fn),
                                                       self._loop_pairs)
-        anywhere = set()
         self._assigns = assigns
         for target, value, conds, part in assigns:
             self.assigned.update(_names(target))
@@ -187,7 +186,8 @@ class Taint:
         for name, lv in self.params.items():
             if lv and name not in self.assigned:
                 self.env[name] = lv
-        lines = [0 if id(value) in anywhere else getattr(value, "lineno", 0) for _, value, _, _ in assigns]
+        # 0: a value with no line of its own (an `enumerate` start made here) reaches every read
+        lines = [getattr(value, "lineno", 0) for _, value, _, _ in assigns]
         self._lines = lines
         for _ in range(3):
             changed = False
