@@ -27,15 +27,16 @@ def lint_cmd(paths, fmt, select, ignore, exclude, jobs, config_path):
 
     \b
     Rules (docs/lint.md): HK101-HK107 the deciding value is rank-dependent,
-    HK201-HK205 it is rank-local. Silence one line with
-    `# hangkit: ignore[HK101]` on the collective's or the branch's line.
+    HK201-HK203, HK205 it is rank-local. Silence one line with
+    `# hangkit: ignore[HK101]` (codes or prefixes: HK1) on the collective's or
+    the branch's line; a malformed comment silences nothing and is warned of.
     Settings: [tool.hpc-hangkit.lint] select/ignore/exclude/collectives/rank_sources in
     pyproject.toml; options given here replace select/ignore, add to exclude.
 
     \b
     Exit status:
-      0  nothing found
-      1  at least one finding
+      0  nothing found, every file checked
+      1  at least one finding, or a file that could not be parsed (named on stderr)
       2  bad usage: unknown option, missing path, bad [tool.hpc-hangkit.lint]
     """
     from hpc_hangkit.lint import lint_paths
@@ -62,6 +63,9 @@ def lint_cmd(paths, fmt, select, ignore, exclude, jobs, config_path):
     render = {"text": render_text, "json": render_json, "sarif": render_sarif}[fmt]
     sys.stdout.write(render(result))
     if fmt != "text":
+        for path, line, msg in result.warnings:
+            click.echo("%s:%d: warning: %s" % (path, line, msg), err=True)
         for path, msg in result.errors:
             click.echo("%s: cannot check: %s" % (path, msg), err=True)
-    sys.exit(1 if result.findings else 0)
+    # a file that could not be checked fails the run as a finding does: a CI gate must not pass it
+    sys.exit(1 if result.findings or result.errors else 0)

@@ -11,12 +11,14 @@ __all__ = ["lint_paths", "LintResult"]
 
 class LintResult:
     """``findings`` (sorted :class:`~hpc_hangkit.lint.rules.Finding`), ``errors`` (list of
-    ``(path, message)`` for files that could not be read or parsed), ``files`` (number
-    of files scanned), ``lines`` (their total lines)."""
+    ``(path, message)`` for files that could not be read or parsed), ``warnings`` (list of
+    ``(path, line, message)``: ``# hangkit:`` comments that silence nothing or name no rule),
+    ``files`` (number of files scanned), ``lines`` (their total lines)."""
 
     def __init__(self):
         self.findings = []
         self.errors = []
+        self.warnings = []
         self.files = 0
         self.lines = 0
 
@@ -130,6 +132,20 @@ def _check_key(key):
             ff.node = None
 
 
+def _comment_warnings(mod, out):
+    """Append ``(path, line, message)`` to ``out`` for each ``# hangkit:`` comment of ``mod``
+    that silences nothing (its form) or names a code no rule has."""
+    from hpc_hangkit.lint.rules import RULES
+    for line, text in mod.bad_ignores:
+        out.append((mod.path, line, "`%s` silences nothing: write `# hangkit: ignore` (every code) or "
+                                    "`# hangkit: ignore[HK101,HK2]` (codes or prefixes)" % text))
+    for line, codes in sorted(mod.ignores.items()):
+        for c in sorted(codes - {"*"}):
+            if not any(r.startswith(c) for r in RULES):
+                out.append((mod.path, line, "`# hangkit: ignore[%s]`: no rule has code %s (known: %s)"
+                            % (c, c, ", ".join(sorted(RULES)))))
+
+
 def _lint(paths, select, ignore, exclude, jobs):
     global _PROJECT
     from hpc_hangkit.lint.calls import Project, set_tree_names
@@ -154,6 +170,7 @@ def _lint(paths, select, ignore, exclude, jobs):
             if lv > project.foreign.get(k, 0):
                 project.foreign[k] = lv
         reach.append(mod)
+        _comment_warnings(mod, res.warnings)
     project.propagate()
     keys = list(dict.fromkeys(mod.key for mod in reach if project.modules.get(mod.key) is mod and (
         mod.has_p2p or any(ff.witness for ff in mod.funcs.values()))))

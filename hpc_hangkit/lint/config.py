@@ -37,7 +37,12 @@ def load_config(path):
             data = tomllib.load(f)
         except tomllib.TOMLDecodeError as e:
             raise ValueError("%s: not valid TOML: %s" % (path, e))
-    table = data.get("tool", {}).get("hpc-hangkit", {}).get("lint", {})
+    ours = data.get("tool", {}).get("hpc-hangkit", {})
+    if isinstance(ours, dict):
+        for k in ours:
+            if k != "lint":
+                raise ValueError("%s: unknown table [tool.hpc-hangkit.%s] (known: [tool.hpc-hangkit.lint])" % (path, k))
+    table = ours.get("lint", {}) if isinstance(ours, dict) else {}
     if not isinstance(table, dict):
         raise ValueError("%s: [tool.hpc-hangkit.lint] must be a table" % path)
     out = {}

@@ -39,7 +39,10 @@ FUNC_RANKISH = re.compile(
 #: sizes are read only by an emptiness test (``x.numel() == 0``, ``x.shape[0] > 0``, ``not
 #: x.size(0)``); the sizes of per-rank data names are covered by their names above
 FUNC_SIZE = re.compile(r"numel|nelement|shape|size|count_nonzero|__len__")
-_IGNORE = re.compile(r"#\s*hangkit:\s*ignore(?:\[([A-Z0-9, ]+)\])?")
+_IGNORE = re.compile(r"#\s*hangkit:(.*)$")
+#: what may follow ``# hangkit: ignore``: nothing (or another comment), or ``[CODES]``
+_IGNORE_ALL = re.compile(r"^\s*ignore\s*(#.*)?$")
+_IGNORE_CODES = re.compile(r"^\s*ignore\s*\[([^\]]*)\]\s*(#.*)?$")
 
 
 #: the empty set every fact starts from (one object: an empty frozenset is not shared, 216 bytes each)
@@ -216,7 +219,7 @@ class ModuleFacts:
     (class -> list of base qualified names), ``attr_levels`` ((class, attr) -> rank level of
     ``self.attr`` assignments), ``ignores`` (line -> set of codes, ``"*"`` for all), ``lines``."""
 
-    __slots__ = ("path", "key", "name", "imports", "stars", "funcs", "bases", "attr_levels", "ignores", "lines",
+    __slots__ = ("path", "key", "name", "imports", "stars", "funcs", "bases", "attr_levels", "ignores", "bad_ignores", "lines",
                  "tree", "is_package", "has_p2p", "local", "rankish", "attr_types", "collective_attrs",
                  "attr_agreed", "words", "comm_receivers")
 
@@ -237,7 +240,9 @@ class ModuleFacts:
         self.collective_attrs = {}
         #: (class, attr) whose value some method agrees through a collective (after propagation)
         self.attr_agreed = set()
-        self.ignores = parse_ignores(self.lines) if "hangkit" in text else {}
+        #: ``[(line, text)]``: ``# hangkit:`` comments that silence nothing (:func:`parse_ignores`)
+        self.bad_ignores = []
+        self.ignores = parse_ignores(self.lines, self.bad_ignores) if "hangkit" in text else {}
         self.is_package = is_package
         self.has_p2p = False
         #: the text names something rank-dependent or rank-local at all (else no value in it can be)
@@ -254,20 +259,34 @@ class ModuleFacts:
         return self.lines[line - 1].strip() if 0 < line <= len(self.lines) else ""
 
     def ignored(self, line, code):
-        """True when ``# hangkit: ignore`` / ``# hangkit: ignore[CODE]`` is on ``line``."""
+        """True when ``# hangkit: ignore`` or ``# hangkit: ignore[...]`` naming ``code`` or a
+        prefix of it (``HK1``) is on ``line``."""
         codes = self.ignores.get(line)
-        return bool(codes) and ("*" in codes or code in codes)
+        return bool(codes) and ("*" in codes or any(code.startswith(c) for c in codes))
 
 
-def parse_ignores(lines):
-    """``{line: {codes}}`` for every ``# hangkit: ignore[HK101,HK102]`` comment (``{"*"}`` without codes)."""
+def parse_ignores(lines, bad=None):
+    """``{line: {codes}}`` for every ``# hangkit: ignore[HK101,HK2]`` comment (codes or code
+    prefixes; ``{"*"}`` for a bare ``# hangkit: ignore``). A ``# hangkit:`` comment of another
+    form (``ignore HK201``, ``ignored``, ``ignore[]``) silences nothing: its line and text are
+    appended to list ``bad`` when one is given."""
     out = {}
     for i, text in enumerate(lines, 1):
         if "hangkit" not in text:
             continue
         m = _IGNORE.search(text)
-        if m:
-            out[i] = {c.strip() for c in m.group(1).split(",") if c.strip()} if m.group(1) else {"*"}
+        if not m:
+            continue
+        rest = m.group(1)
+        if _IGNORE_ALL.match(rest):
+            out[i] = {"*"}
+            continue
+        c = _IGNORE_CODES.match(rest)
+        codes = {x.strip().upper() for x in c.group(1).split(",") if x.strip()} if c else set()
+        if codes:
+            out[i] = codes
+        elif bad is not None:
+            bad.append((i, "# hangkit:" + rest.rstrip()))
     return out
 
 

@@ -25,6 +25,8 @@ def render_text(result):
             out.append("%s:%d:%d: %s %s: the collective of the finding at %s:%d:%d (line %d: `%s`), through %s" % (
                 c["path"], c["line"], c["col"], f.code, c["what"], f.path, f.line, f.col, f.related_line,
                 f.related_text, " -> ".join([f.message.split(" ", 1)[0]] + [w for _, _, _, w, _ in f.chain])))
+    for path, line, msg in result.warnings:
+        out.append("%s:%d: warning: %s" % (path, line, msg))
     for path, msg in result.errors:
         out.append("%s: cannot check: %s" % (path, msg))
     out.append("%d finding%s in %d file%s (%d lines)" % (
@@ -34,10 +36,11 @@ def render_text(result):
 
 
 def render_json(result):
-    """``{"findings": [...], "errors": [{"path", "message"}], "files", "lines"}`` (findings as
-    :meth:`hpc_hangkit.lint.rules.Finding.to_dict`)."""
+    """``{"findings": [...], "errors": [{"path", "message"}], "warnings": [{"path", "line",
+    "message"}], "files", "lines"}`` (findings as :meth:`hpc_hangkit.lint.rules.Finding.to_dict`)."""
     return json.dumps({"findings": [f.to_dict() for f in result.findings],
                        "errors": [{"path": p, "message": m} for p, m in result.errors],
+                       "warnings": [{"path": p, "line": n, "message": m} for p, n, m in result.warnings],
                        "files": result.files, "lines": result.lines}, indent=2) + "\n"
 
 
@@ -96,6 +99,9 @@ def render_sarif(result):
         results.append({"ruleId": f.code, "ruleIndex": codes.index(f.code), "level": f.severity,
                         "message": {"text": msg}, "locations": locs, "relatedLocations": rels})
     notes = [{"level": "warning", "message": {"text": "cannot check %s: %s" % (p, m)}} for p, m in result.errors]
+    notes += [{"level": "warning", "message": {"text": m},
+               "locations": [{"physicalLocation": {"artifactLocation": {"uri": _uri(p)}, "region": {"startLine": n}}}]}
+              for p, n, m in result.warnings]
     run = {"tool": {"driver": {"name": "hpc-hangkit lint", "version": __version__, "rules": rules}},
            "results": results,
            "invocations": [{"executionSuccessful": True, "toolExecutionNotifications": notes}]}

@@ -304,7 +304,8 @@ class _Walker:
         self.seen.add(id(node))
         if direct and code.startswith("HK1") and isinstance(node, ast.Call):
             group = self._group_of(node)
-            if self._on_subgroup(node) or (group is not None and self._group_relative_test(line, group)):
+            if (self._on_subgroup(node) and not self._tests_own_rank(node, line)) or \
+                    (group is not None and self._group_relative_test(line, group)):
                 direct = False
         chain = self.chain(node) if isinstance(node, ast.Call) else ()
         msg = "%s %s (line %d: `%s`)" % (what, detail, line, self.mod.line_text(line))
@@ -342,6 +343,22 @@ class _Walker:
                    and isinstance(n.func, ast.Attribute)), None)
         return at is not None and self._split_operand(at, callee.general or callee)
 
+    def _tests_own_rank(self, call, line):
+        """True when the test at ``line`` reads this rank's number in the communicator
+        ``call`` runs on (``if sub.Get_rank() == 0: sub.Barrier()``): the members of that group
+        do take different sides."""
+        test = self._test_at(line)
+        recv = dotted(call.func.value) if isinstance(call.func, ast.Attribute) else None
+        if test is None or not recv:
+            return False
+        for n in ast.walk(test):
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("Get_rank", "rank"):
+                if dotted(n.func.value) == recv:
+                    return True
+            elif isinstance(n, ast.Attribute) and n.attr == "rank" and dotted(n.value) == recv:
+                return True
+        return False
+
     def _split_operand(self, at, where):
         """True when call ``at`` (in function ``where``) runs on a communicator that only a
         ``Split`` makes (:meth:`_made_by_split`): its receiver, when it is a collective, or its
@@ -360,6 +377,17 @@ class _Walker:
             if got:
                 return True
         return False
+
+    def _test_at(self, line):
+        """The test of the ``if``/``while`` (or the iterable of the ``for``) of this function
+        that starts at ``line``, or None."""
+        for n in walk_local(self.ff.node):
+            if n.lineno == line if hasattr(n, "lineno") else False:
+                if isinstance(n, (ast.If, ast.While)):
+                    return n.test
+                if isinstance(n, (ast.For, ast.AsyncFor)):
+                    return n.iter
+        return None
 
     def _group_of(self, call):
         """The process group or parallel mode ``call`` is handed, other than the world
@@ -389,14 +417,7 @@ class _Walker:
         pipeline stages); a rank in the collective's own group keeps the finding an error."""
         gtexts = {ast.dump(x) for x in ast.walk(group) if isinstance(x, ast.expr)}
         gwords = set(_words(group))
-        test = None
-        for n in walk_local(self.ff.node):
-            if isinstance(n, (ast.If, ast.While)) and n.lineno == line:
-                test = n.test
-                break
-            if isinstance(n, (ast.For, ast.AsyncFor)) and n.lineno == line:
-                test = n.iter
-                break
+        test = self._test_at(line)
         if test is None:
             return False
         rel = glob = 0
@@ -879,5 +900,16 @@ def check_module(project, mod):
         # calls: a function with neither has nothing to report (nested functions are their own)
         if ff.witness or ff.p2p:
             _Walker(project, mod, ff, out).walk()
-    kept = [f for f in out if not (mod.ignored(f.line, f.code) or mod.ignored(f.related_line, f.code))]
+    kept = [f for f in out if not (mod.ignored(f.line, f.code) or mod.ignored(f.related_line, f.code)
+                                   or _ignored_at_collective(project, f))]
     return sorted(kept, key=Finding.sort_key)
+
+
+def _ignored_at_collective(project, f):
+    """True when a finding reached through helpers is silenced on its collective's own line
+    (in the helper's file: ``dist.all_reduce(t)  # hangkit: ignore[HK101]``)."""
+    if not f.chain:
+        return False
+    path, line = f.chain[-1][0], f.chain[-1][1]
+    other = project.modules.get(os.path.normpath(os.path.abspath(path)))
+    return other is not None and other.ignored(line, f.code)

@@ -291,3 +291,55 @@ def test_sarif_uris_are_file_uris_for_absolute_paths_and_encoded(tmp_path):
     (u,) = {loc["physicalLocation"]["artifactLocation"]["uri"]
             for res in rel["runs"][0]["results"] for loc in res["locations"]}
     assert u == "train.py"
+
+
+def test_a_file_that_cannot_be_parsed_fails_the_run(tmp_path):
+    # a CI gate must not pass on code the lint never checked
+    (tmp_path / "bad.py").write_text("def f(:\n")
+    r = lint(str(tmp_path))
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "bad.py: cannot check: SyntaxError" in r.stdout and "0 findings in 0 files" in r.stdout
+
+
+HELPER = """
+import torch.distributed as dist
+
+def sync(t):
+    dist.all_reduce(t){collective}
+
+def evaluate(t):
+    if dist.get_rank() == 0:{branch}
+        sync(t){call}
+"""
+
+
+@pytest.mark.parametrize("where", ["branch", "call", "collective"])
+def test_an_ignore_on_the_branch_the_call_or_the_helpers_collective_silences_it(tmp_path, where):
+    marks = {k: ("  # hangkit: ignore[HK1]" if k == where else "") for k in ("branch", "call", "collective")}
+    (tmp_path / "prog.py").write_text(HELPER.format(**marks))
+    r = lint("--format", "json", str(tmp_path))
+    assert r.returncode == 0 and json.loads(r.stdout)["findings"] == [], r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("comment", ["# hangkit: ignore HK101", "# hangkit: ignored", "# hangkit: ignore[]",
+                                     "# hangkit: ignore HK1 # reason"])
+def test_a_malformed_ignore_silences_nothing_and_is_warned_of(tmp_path, comment):
+    (tmp_path / "prog.py").write_text(HELPER.format(branch="  " + comment, call="", collective=""))
+    r = lint("--format", "json", str(tmp_path))
+    doc = json.loads(r.stdout)
+    assert r.returncode == 1 and [f["code"] for f in doc["findings"]] == ["HK101"], r.stdout
+    (w,) = doc["warnings"]
+    assert w["line"] == 8 and "silences nothing" in w["message"] and "warning:" in r.stderr
+
+
+def test_an_ignore_of_a_code_no_rule_has_is_warned_of(tmp_path):
+    (tmp_path / "prog.py").write_text(HELPER.format(branch="  # hangkit: ignore[HK999]", call="", collective=""))
+    r = lint(str(tmp_path))
+    assert r.returncode == 1 and "prog.py:8: warning: `# hangkit: ignore[HK999]`: no rule has code HK999" in r.stdout
+
+
+def test_an_unknown_table_of_ours_in_pyproject_is_refused(tmp_path):
+    (tmp_path / "prog.py").write_text(WRONG)
+    (tmp_path / "pyproject.toml").write_text('[tool.hpc-hangkit.linter]\nignore = ["HK1"]\n')
+    r = lint(str(tmp_path), cwd=str(tmp_path))
+    assert r.returncode == 2 and "unknown table [tool.hpc-hangkit.linter]" in r.stderr

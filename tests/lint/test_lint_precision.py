@@ -2468,6 +2468,11 @@ SUBGROUP_LEVELS = {
         "gpc.get_local_rank(ParallelMode.PARALLEL_2D_COL)", "get_tensor_model_parallel_rank()").replace(
         "group=gpc.get_group(ParallelMode.PARALLEL_2D_ROW)", "group=get_tensor_model_parallel_group()"),
         "HK101", "error"),
+    # the test reads this rank's number in the split communicator itself: its members part
+    "own_rank_in_the_split_communicator": (SUBGROUP_RUN.replace(
+        "    while active:  # BRANCH\n        dts = comm_active.allgather(dt)  # HERE\n",
+        "    while active:\n        dts = [dt]\n        if comm_active.Get_rank() == 0:  # BRANCH\n"
+        "            dts = comm_active.allgather(dt)  # HERE\n"), "HK101", "error"),
     "a_named_axis_rank_and_another_group": (MESH_AXES.replace(
         "gpc.get_local_rank(ParallelMode.PARALLEL_2D_COL)", "get_pipeline_model_parallel_rank()").replace(
         "group=gpc.get_group(ParallelMode.PARALLEL_2D_ROW)", "group=get_tensor_model_parallel_group()"),
