@@ -169,6 +169,9 @@ def _words(e):
     return out
 
 
+#: the words that name the model-parallel group, and the axes it holds
+_MODEL = {"model", "mp"}
+_MODEL_HOLDS = {"tensor", "tp", "pipeline", "pp", "stage"}
 #: keyword arguments that hand a collective its process group
 _GROUP_KEYWORDS = ("group", "process_group", "pg", "parallel_mode", "comm_group")
 #: a rank call named for one axis of a parallel layout (its answer is a place within a group)
@@ -304,6 +307,9 @@ class _Walker:
         self.seen.add(id(node))
         if direct and code.startswith("HK1") and isinstance(node, ast.Call):
             group = self._group_of(node)
+            if group is None and self.taint.call_kind(node)[0] != "collective":
+                at, _ = self._helper_collective(node)
+                group = self._group_of(at) if at is not None else None
             if (self._on_subgroup(node) and not self._tests_own_rank(node, line)) or \
                     (group is not None and self._group_relative_test(line, group)):
                 direct = False
@@ -328,20 +334,27 @@ class _Walker:
             return True
         if self.taint.call_kind(call)[0] == "collective":
             return False
-        # a helper of this module's class: the collective it reaches, in its own function
+        at, where = self._helper_collective(call)
+        return at is not None and isinstance(at.func, ast.Attribute) and self._split_operand(at, where)
+
+    def _helper_collective(self, call):
+        """``(collective call node, its function's facts)`` that helper call ``call`` reaches,
+        when that function is of this module and class (its tree is loaded: a nested helper,
+        a method), else ``(None, None)``."""
         callee = self.project.callee(self.mod, self.ff.cls, self.ff.qualname, call)
         seen = set()
         while callee is not None and callee.via is not None and callee.via[1] is not None and \
                 id(callee) not in seen:
             seen.add(id(callee))
             callee = callee.via[1]
-        if callee is None or callee.via is None or callee.path != self.ff.path or \
-                callee.cls != self.ff.cls or callee.node is None:
-            return False
+        if callee is None or callee.via is None or callee.path != self.ff.path or callee.cls != self.ff.cls:
+            return None, None
+        home = callee.general or callee  # a copy specialised to constant arguments has no tree
+        if home.node is None:
+            return None, None
         line = callee.via[0]
-        at = next((n for n in walk_local(callee.node) if isinstance(n, ast.Call) and n.lineno == line
-                   and isinstance(n.func, ast.Attribute)), None)
-        return at is not None and self._split_operand(at, callee.general or callee)
+        at = next((n for n in walk_local(home.node) if isinstance(n, ast.Call) and n.lineno == line), None)
+        return at, home
 
     def _tests_own_rank(self, call, line):
         """True when the test at ``line`` reads this rank's number in the communicator
@@ -417,6 +430,15 @@ class _Walker:
         pipeline stages); a rank in the collective's own group keeps the finding an error."""
         gtexts = {ast.dump(x) for x in ast.walk(group) if isinstance(x, ast.expr)}
         gwords = set(_words(group))
+        if isinstance(group, ast.Name):
+            for a in walk_local(self.ff.node):
+                if isinstance(a, ast.Assign) and any(isinstance(t, ast.Name) and t.id == group.id for t in a.targets):
+                    gwords.update(_words(a.value))
+                    gtexts.update(ast.dump(x) for x in ast.walk(a.value) if isinstance(x, ast.expr))
+        if gwords & _MODEL and not gwords & _MODEL_HOLDS:
+            # the model-parallel group (not `tensor_model_parallel`): it holds the tensor and
+            # pipeline axes
+            gwords |= _MODEL_HOLDS
         test = self._test_at(line)
         if test is None:
             return False

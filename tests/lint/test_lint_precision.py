@@ -2445,8 +2445,33 @@ def _at(found, line):
     return [f for f in found if f[1] == line]
 
 
+#: verl's Megatron loader: nested helpers broadcast on the model-parallel group (tensor x
+#: pipeline), called under a test of the data-parallel rank
+MODEL_PARALLEL_LOADER = """
+import torch.distributed as dist
+from megatron.core import parallel_state as mpu
+
+
+def load(state_dict, model):
+    dp_rank = mpu.get_data_parallel_rank()
+    mp_group = mpu.get_model_parallel_group()
+
+    def _broadcast_tensor(tensor, name):
+        obj = [tensor.shape if tensor is not None else None]
+        dist.broadcast_object_list(obj, src=0, group=mp_group)
+        return obj[0]
+
+    if dp_rank == 0:  # BRANCH
+        _broadcast_tensor(state_dict.get("embed"), "embed")  # HERE
+    return model
+"""
+
+
 #: program -> (its source, the code and level of the finding at `# HERE`)
 SUBGROUP_LEVELS = {
+    "a_helper_on_the_model_parallel_group_under_a_data_parallel_rank": (MODEL_PARALLEL_LOADER, "HK101", "warning"),
+    "a_helper_on_the_model_parallel_group_under_a_tensor_parallel_rank": (MODEL_PARALLEL_LOADER.replace(
+        "mpu.get_data_parallel_rank()", "mpu.get_tensor_model_parallel_rank()"), "HK101", "error"),
     # which ranks are members is the split's business: reported, at warning level
     "split_communicator_in_the_loop": (SUBGROUP_RUN, "HK105", "warning"),
     "the_same_loop_on_the_whole_communicator": (
