@@ -68,6 +68,8 @@ PROJECTS = [
     ("espnet", "202511", "espnet2"),
     ("nanotron", "0.4", "src"),
     ("colossalai", "0.5.0", "colossalai"),
+    # one more, linted blind after those: docs/lint.md
+    ("verl", "0.9.1", "verl"),
 ]
 TARGET_LINES_PER_S = 100_000
 TARGET_RSS_MIB = 1024
