@@ -16,7 +16,8 @@ def render_text(result):
     """One ``path:line:col: CODE message`` line per finding (the collective, or the call of the
     helper that reaches it); for one reached through helpers a second line at the collective's
     own ``path:line:col`` saying where it is reached from (so that an editor lands on both);
-    then a count line (findings, not lines)."""
+    then a count line (findings, not lines, and how many are at each level: the level of each
+    is in JSON and SARIF)."""
     out = []
     for f in result.findings:
         out.append("%s:%d:%d: %s %s" % (f.path, f.line, f.col, f.code, f.message))
@@ -29,8 +30,14 @@ def render_text(result):
         out.append("%s:%d: warning: %s" % (path, line, msg))
     for path, msg in result.errors:
         out.append("%s: cannot check: %s" % (path, msg))
-    out.append("%d finding%s in %d file%s (%d lines)" % (
-        len(result.findings), "" if len(result.findings) == 1 else "s", result.files,
+    levels = []
+    for level in ("error", "warning"):
+        n = sum(1 for f in result.findings if f.severity == level)
+        if n:
+            levels.append("%d %s%s" % (n, level, "" if n == 1 else "s"))
+    out.append("%d finding%s%s in %d file%s (%d lines)" % (
+        len(result.findings), "" if len(result.findings) == 1 else "s",
+        " (%s)" % ", ".join(levels) if levels else "", result.files,
         "" if result.files == 1 else "s", result.lines))
     return "\n".join(out) + "\n"
 

@@ -147,7 +147,7 @@ def test_handed_scenarios_flag_the_branch_lines():
 def test_examples_flag_the_skipped_sync():
     r = lint(os.path.join(REPO, "examples"))
     lines = r.stdout.splitlines()
-    assert r.returncode == 1 and lines[-1].startswith("2 findings in ")
+    assert r.returncode == 1 and lines[-1].startswith("2 findings (2 errors) in ")
     # each is reached through a helper: its line, then the collective's own line
     assert [os.path.basename(line.split(":")[0]) + ":" + line.split(":")[1] + " " + line.split()[1]
             for line in lines[:-1]] == [
@@ -201,7 +201,7 @@ def test_a_finding_through_helpers_names_the_chain_in_text_json_and_sarif(tmp_pa
     # reported at the collective's own line too: a second line an editor can jump to
     assert "%s:5:5: HK101 all_reduce: the collective of the finding at %s:7:9 (line 6: " \
            "`if dist.get_rank() == 0:`), through finish() -> sync() -> all_reduce" % (comm, train) in text.splitlines()
-    assert text.splitlines()[-1] == "1 finding in 4 files (17 lines)"
+    assert text.splitlines()[-1] == "1 finding (1 error) in 4 files (17 lines)"
     doc = json.loads(lint("--format", "json", str(tmp_path)).stdout)
     (f,) = doc["findings"]
     assert [(r["role"], r["path"], r["line"]) for r in f["related"]] == [
