@@ -933,7 +933,7 @@ class Project:
                       and not (info is not None and info[3])) else 0
         binding = _binding(ff, info, bound) if ff.cond_ranges else {}
         for k in [k for k in binding if k in ff.rebinds]:
-            if binding[k] is not None or not all(self._keeps_none(r, key) for r, key in ff.rebinds[k]):
+            if binding[k] is not None or not all(self._rebind_keeps_none(r, key) for r, key in ff.rebinds[k]):
                 del binding[k]
         if not binding and fwd is None:
             return ff
@@ -981,7 +981,7 @@ class Project:
                     c.witness, c.via = callee.witness, (line, callee)
         return c
 
-    def _keeps_none(self, ref, key):
+    def _rebind_keeps_none(self, ref, key):
         """True when the tree function ``ref`` resolves to returns None whenever its argument
         ``key`` (a position among the call's arguments, or a keyword) is None
         (:attr:`~hpc_hangkit.lint.model.FuncFacts.keeps_none`)."""
@@ -1581,18 +1581,18 @@ def _value(e, b):
     if isinstance(e, ast.Constant):
         return e.value
     if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "isinstance" and \
-            len(e.args) == 2 and not e.keywords and _value(e.args[0], b) is None and \
-            not any(isinstance(x, (ast.Call, ast.Constant)) or
-                    (isinstance(x, (ast.Name, ast.Attribute)) and (dotted(x) or [""])[-1] in ("object", "NoneType"))
-                    for x in ast.walk(e.args[1])):
-        return False  # None is an instance of no class named here
-    if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "isinstance" and \
             len(e.args) == 2 and not e.keywords:
         v = _value(e.args[0], b)
-        kinds = e.args[1].elts if isinstance(e.args[1], ast.Tuple) else [e.args[1]]
-        if v is not _UNKNOWN and v is not None and kinds and \
-                all(isinstance(k, ast.Name) and k.id in _BUILTIN_TYPES for k in kinds):
-            return isinstance(v, tuple(_BUILTIN_TYPES[k.id] for k in kinds))
+        if v is None:
+            if not any(isinstance(x, (ast.Call, ast.Constant)) or
+                       (isinstance(x, (ast.Name, ast.Attribute)) and (dotted(x) or [""])[-1] in ("object", "NoneType"))
+                       for x in ast.walk(e.args[1])):
+                return False  # None is an instance of no class named here
+        elif v is not _UNKNOWN:
+            kinds = e.args[1].elts if isinstance(e.args[1], ast.Tuple) else [e.args[1]]
+            if kinds and all(isinstance(k, ast.Name) and k.id in _BUILTIN_TYPES for k in kinds):
+                return isinstance(v, tuple(_BUILTIN_TYPES[k.id] for k in kinds))
+        return _UNKNOWN
     if isinstance(e, ast.Name):
         return b.get(e.id, _UNKNOWN)
     if isinstance(e, (ast.Tuple, ast.List)):
@@ -1786,15 +1786,9 @@ def _assigned(nodes):
     """The names assigned anywhere among ``nodes`` (targets of assignments, loops, ``:=``, ``with ... as``)."""
     out = set()
     for n in nodes:
-        if isinstance(n, ast.Assign):
-            targets = n.targets
-        elif isinstance(n, (ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor, ast.comprehension, ast.NamedExpr)):
-            targets = [n.target]
-        elif isinstance(n, ast.withitem) and n.optional_vars is not None:
-            targets = [n.optional_vars]
-        else:
+        if n.__class__ not in _BINDERS:
             continue
-        for t in targets:
+        for t in _targets(n):
             if t.__class__ is _NAME:  # the common target, without a walk
                 out.add(t.id)
             else:

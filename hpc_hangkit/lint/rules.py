@@ -159,6 +159,21 @@ _AXES = {"tensor", "pipeline", "data", "expert", "context", "sequence", "dp", "t
          "embedding", "position", "stage"}
 
 
+def _local_values(fn, name):
+    """``([values], other)``: the values of the plain assignments ``name = value`` in function
+    ``fn``'s own body, and whether ``name`` is also bound another way (``+=``, a loop, ``with
+    ... as``, ``:=``)."""
+    vals, other = [], False
+    for n in walk_local(fn):
+        if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in n.targets):
+            vals.append(n.value)
+        elif isinstance(n, (ast.AugAssign, ast.AnnAssign, ast.For, ast.withitem, ast.NamedExpr)):
+            t = n.optional_vars if isinstance(n, ast.withitem) else n.target
+            if t is not None and name in {x.id for x in ast.walk(t) if isinstance(x, ast.Name)}:
+                other = True
+    return vals, other
+
+
 def _words(e):
     """The lower-case words of the names in expression ``e`` (split at ``_`` and ``.``)."""
     out = []
@@ -431,10 +446,9 @@ class _Walker:
         gtexts = {ast.dump(x) for x in ast.walk(group) if isinstance(x, ast.expr)}
         gwords = set(_words(group))
         if isinstance(group, ast.Name):
-            for a in walk_local(self.ff.node):
-                if isinstance(a, ast.Assign) and any(isinstance(t, ast.Name) and t.id == group.id for t in a.targets):
-                    gwords.update(_words(a.value))
-                    gtexts.update(ast.dump(x) for x in ast.walk(a.value) if isinstance(x, ast.expr))
+            for v in _local_values(self.ff.node, group.id)[0]:
+                gwords.update(_words(v))
+                gtexts.update(ast.dump(x) for x in ast.walk(v) if isinstance(x, ast.expr))
         if gwords & _MODEL and not gwords & _MODEL_HOLDS:
             # the model-parallel group (not `tensor_model_parallel`): it holds the tensor and
             # pipeline axes
@@ -467,8 +481,7 @@ class _Walker:
                     glob += 1
                 elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id not in seen:
                     seen.add(n.id)
-                    vals = [a.value for a in walk_local(self.ff.node) if isinstance(a, ast.Assign) and any(
-                        isinstance(t, ast.Name) and t.id == n.id for t in a.targets)]
+                    vals = _local_values(self.ff.node, n.id)[0]
                     if vals:
                         todo.extend(vals)
                     elif n.id in C.RANK_NAMES:
@@ -481,14 +494,8 @@ class _Walker:
         local that only ever holds those, and at least one is such a call."""
         vals = []
         if len(key) == 1:
-            for n in walk_local(ff.node):
-                if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == key[0] for t in n.targets):
-                    vals.append(n.value)
-                elif isinstance(n, (ast.AugAssign, ast.AnnAssign, ast.For, ast.withitem, ast.NamedExpr)):
-                    t = n.optional_vars if isinstance(n, ast.withitem) else n.target
-                    if t is not None and key[0] in {x.id for x in ast.walk(t) if isinstance(x, ast.Name)}:
-                        return False
-            if key[0] in ff.params:
+            vals, other = _local_values(ff.node, key[0])
+            if other or key[0] in ff.params:
                 return False
         else:
             for other in self.mod.funcs.values():
