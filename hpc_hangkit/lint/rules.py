@@ -138,6 +138,10 @@ _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
 #: exits that still run the ``finally:`` block of the ``try`` they leave
 _FINALLY_RUNS = ("raise", "return", "continue", "break")
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
+#: the most ways through a branch and the rest of its block that :meth:`_Walker.ways` compares
+_MAX_WAYS = 64
+#: the most tests after a branch that both its sides reach, whose decisions it compares them under
+_MAX_SHARED = 6
 
 
 def _header_exprs(st):
@@ -236,6 +240,9 @@ class _Walker:
         self.members_only = 0
         #: the sides of the enclosing ``if`` tests of fixed values (:func:`_side`) the walk is on
         self.sides = ()
+        #: ids of the ``if`` statements of a ``try`` body and its ``finally`` block that pair up
+        #: (:meth:`paired_ifs`)
+        self.paired = frozenset()
         #: receiver (dotted, as a tuple) -> whether only a ``Split`` ever makes it (:meth:`_on_subgroup`)
         self._subgroups = {}
 
@@ -305,6 +312,7 @@ class _Walker:
         return tuple(out)
 
     def sigs(self, stmts):
+        """``[(what, id of the call)]``: the collectives ``stmts`` reach, in source order."""
         out = []
         for st in stmts:
             if isinstance(st, _DEFS):
@@ -313,8 +321,9 @@ class _Walker:
                 if isinstance(n, ast.Call):
                     w = self.witness(n)
                     if w:
-                        out.append((w, id(n)))
-        return out
+                        out.append(((n.lineno, n.col_offset), w, id(n)))
+        out.sort(key=lambda x: x[0])
+        return [(w, i) for _, w, i in out]
 
     def _emit(self, code, node, what, line, detail, direct=True):
         if id(node) in self.seen:
@@ -588,6 +597,117 @@ class _Walker:
                        "the parent group must call it with the same ranks",
                        any(self.taint.direct_level(v) == 2 for v in vals))
 
+    # ---------------------------------------------------------------- ways through
+    def arms_agree(self, st, rest, end):
+        """Whether the two sides of ``if`` statement ``st``, each followed by ``rest`` (the
+        statements after it in its block, which ends the way ``end`` says: "return",
+        "continue", "fall"), reach the same collectives in the same order and leave the same
+        way (:meth:`ways`), whatever the tests after ``st`` that both sides reach decide:
+        ``"one"`` when each side then has one way through and they are the same (every rank
+        does the same, whichever side it takes), ``"many"`` when both have the same set of
+        several ways (which one a rank takes is decided by tests inside the sides, which must
+        then agree across the ranks: sglang's `broadcast_pyobj`, whose root tests its data's
+        length and the others the broadcast size), else None (also when there are too many
+        ways to compare)."""
+        a = self.ways(list(st.body) + list(rest), end)
+        b = self.ways(list(st.orelse) + list(rest), end) if a is not None else None
+        if b is None:
+            return None
+        # a test after `st` that both sides reach decides alike for both; one only one side
+        # reaches is that side's own choice
+        shared = sorted({t for _, _, d in a for t, _ in d} & {t for _, _, d in b for t, _ in d})
+        if len(shared) > _MAX_SHARED:
+            return None
+        many = False
+        for bits in range(1 << len(shared)):
+            pick = {t: bool(bits >> k & 1) for k, t in enumerate(shared)}
+            sides = [{(seq, how) for seq, how, d in ways if all(pick.get(t, v) == v for t, v in d)}
+                     for ways in (a, b)]
+            if sides[0] != sides[1]:
+                return None
+            many = many or len(sides[0]) > 1
+        return "many" if many else "one"
+
+    def ways(self, stmts, end="fall"):
+        """The ways through ``stmts``, as a set of ``(collectives, how it ends, decisions)``:
+        the names of the collectives reached, in order (a loop, ``try`` or ``match`` that
+        reaches one or leaves the function counts as one element, itself); "return",
+        "raise@LINE", "exit", "continue", "break" or ``end`` for a way that runs off the end; the sides
+        taken of the ``if`` tests on the way whose sides differ, as ``(id of the test, bool)``.
+        None for more than :data:`_MAX_WAYS` ways."""
+        got = self._ways(stmts)
+        if got is None:
+            return None
+        return {(seq, how or end, d) for seq, how, d in got}
+
+    def _ways(self, stmts):
+        cur = {((), None, ())}
+        for st in stmts:
+            live = [w for w in cur if w[1] is None]
+            if not live:
+                break
+            step = self._stmt_ways(st)
+            if step is None:
+                return None
+            cur = {w for w in cur if w[1] is not None} | \
+                {(seq + s, how, d + d2) for seq, _, d in live for s, how, d2 in step}
+            if len(cur) > _MAX_WAYS:
+                return None
+        return cur
+
+    def _stmt_ways(self, st):
+        if isinstance(st, _DEFS):
+            return {((), None, ())}
+        head, how = [], None
+        for call in _calls_in(_header_exprs(st)):
+            w = self.witness(call)
+            if w:
+                head.append(w)
+            if self._ends_process(call):
+                how = "exit"
+        head = tuple(head)
+        if how:
+            return {(head, how, ())}
+        raises = set()
+        if self._stmt_calls([st]) and any(c.raises for c in [self.project.callee(
+                self.mod, self.ff.cls, self.ff.qualname, st.value)] if c is not None):
+            # a helper called as a statement raises (as in exits_of); a raise is told apart by its
+            # line: two raises are two errors, which need not come on the same ranks
+            raises = {(head, "raise@%d" % st.lineno, ())}
+        if isinstance(st, ast.If):
+            arms = [self._ways(st.body), self._ways(st.orelse)]
+            if None in arms:
+                return None
+            if {w[:2] for w in arms[0]} == {w[:2] for w in arms[1]}:
+                return {(head + seq, h, d) for arm in arms for seq, h, d in arm}
+            return {(head + seq, h, ((id(st.test), side),) + d)
+                    for side, arm in zip((True, False), arms) for seq, h, d in arm}
+        if isinstance(st, (ast.With, ast.AsyncWith)):
+            got = self._ways(st.body)
+            return None if got is None else {(head + seq, h, d) for seq, h, d in got}
+        if isinstance(st, _LOOPS) or isinstance(st, ast.Try) or type(st).__name__ in ("TryStar", "Match"):
+            inner = [x for x in ast.iter_child_nodes(st) if isinstance(x, ast.stmt)] + \
+                [c for h in getattr(st, "handlers", ()) for c in h.body] + \
+                [c for case in getattr(st, "cases", ()) for c in case.body]
+            if self.sigs(inner) or self.exits_of(inner)[0] & {"return", "raise", "exit"}:
+                return {(head + ("%s@%d" % (type(st).__name__, st.lineno),), None, ())}
+            return {(head, None, ())}
+        if isinstance(st, ast.Return):
+            return {(head, "return", ())} | raises
+        if isinstance(st, ast.Raise):
+            return {(head, "raise@%d" % st.lineno, ())}
+        if isinstance(st, (ast.Continue, ast.Break)):
+            return {(head, "continue" if isinstance(st, ast.Continue) else "break", ())}
+        return {(head, None, ())} | raises
+
+    def _ends_process(self, call):
+        """True when ``call`` ends the process (``sys.exit``, ``os._exit``, a helper that always does)."""
+        parts = dotted(call.func)
+        if parts and (qualify(self.mod, parts) or ".".join(parts)) in C.EXITS:
+            return True
+        callee = self.project.callee(self.mod, self.ff.cls, self.ff.qualname, call)
+        return callee is not None and callee.noreturn
+
     # ---------------------------------------------------------------- exits
     def exits_of(self, stmts):
         """``{kind: abort}`` for the early exits a branch takes (kinds: return, raise, continue,
@@ -645,10 +765,10 @@ class _Walker:
     # ---------------------------------------------------------------- statements
     def walk(self):
         body = self.ff.node.body
-        self.block(body, (), ())
+        self.block(body, (), (), "return")
 
-    def block(self, stmts, guards, loops):
-        pairs = self.paired_ifs(stmts)
+    def block(self, stmts, guards, loops, end="fall"):
+        pairs = self.paired_ifs(stmts) | self.paired
         for i, st in enumerate(stmts):
             if id(st) in pairs:
                 # `if not c: X()` ... `if c: X()`: every rank reaches X once (main-process-first)
@@ -656,7 +776,7 @@ class _Walker:
                 for sub in st.body:
                     self.stmt(sub, guards + (g,), loops)
                 continue
-            self.stmt(st, guards, loops, stmts[i + 1:])
+            self.stmt(st, guards, loops, stmts[i + 1:], end)
         self.p2p(stmts, guards)
 
     def paired_ifs(self, stmts):
@@ -713,7 +833,7 @@ class _Walker:
             return 1
         return None
 
-    def stmt(self, st, guards, loops, rest=()):
+    def stmt(self, st, guards, loops, rest=(), end="fall"):
         if isinstance(st, _DEFS):
             return
         for call in _calls_in(_header_exprs(st)):
@@ -727,13 +847,23 @@ class _Walker:
             if lv:
                 a, b = self.sigs(st.body), self.sigs(st.orelse)
                 skip_a, skip_b = _matched(a, b)
+                agree = self.arms_agree(st, rest, end)
+                if agree:
+                    # both sides reach the same collectives in the same order and leave the same
+                    # way (one way through each: nothing of this test is left to report; several:
+                    # what the other side does not match by name and order, at warning level)
+                    same_exit = True
+                    if agree == "one":
+                        skip_a, skip_b = frozenset(i for _, i in a), frozenset(i for _, i in b)
+                    elif not st.orelse:
+                        skip_a = _matched(a, self.sigs(rest))[0]
                 if a and not st.orelse and "return" in self.exits_of(st.body)[0]:
                     # `if c: X(); return` then X() below: every path reaches X once
                     cont = self.sigs(rest)
                     if [w for w, _ in a] == [w for w, _ in cont]:
                         same_exit = True
                         skip_a = frozenset(i for _, i in a)
-                direct = lv < 2 or self.taint.direct_level(st.test) == 2
+                direct = (lv < 2 or self.taint.direct_level(st.test) == 2) and agree != "many"
                 ga = _Guard(st.lineno, lv, "if", skip_a, direct)
                 gb = _Guard(st.lineno, lv, "else", skip_b, direct)
             else:
@@ -759,7 +889,7 @@ class _Walker:
                 kb, abort_b = self.exits_of(st.orelse)
                 for kinds, other, abort, pol in ((ka, kb, abort_a, True), (kb, ka, abort_b, False)):
                     for kind in sorted(kinds - other):
-                        if same_exit and kind == "return":
+                        if same_exit and (kind == "return" or agree):
                             continue
                         loop = loops[-1] if kind in ("continue", "break") and loops else None
                         sides = outer + (((side[0], side[1] == pol),) if side is not None else ())
@@ -771,7 +901,7 @@ class _Walker:
                 lv = self.taint.iter_level_at(st.iter, st.lineno)
             direct = lv < 2 or self.taint.direct_level(st.test if isinstance(st, ast.While) else st.iter) == 2
             g = (_Guard(st.lineno, lv, "loop", direct=direct),) if lv else ()
-            self.block(st.body, guards + g, loops + (st,))
+            self.block(st.body, guards + g, loops + (st,), "continue")
             breaks = [e for e in self.exits if e.loop is st and e.kind == "break"]
             if breaks:
                 # a rank-dependent break ends the loop on some ranks: the others run the
@@ -789,6 +919,10 @@ class _Walker:
             self.block(st.orelse, guards, loops)
         elif isinstance(st, ast.Try) or type(st).__name__ == "TryStar":
             before_try = list(self.exits)
+            if st.finalbody:
+                # `try: if not main: barrier(); yield` `finally: if main: barrier()`: the finally
+                # block runs on every rank after the body, so the two halves pair up as in one block
+                self.paired = self.paired | self.paired_ifs(list(st.body) + list(st.finalbody))
             self.block(st.body, guards, loops)
             for h in st.handlers:
                 before = list(self.exits)

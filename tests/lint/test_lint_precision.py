@@ -1,11 +1,13 @@
 """Issue 21's precision and recognition points, each as a flagged program and a silent one:
 display keywords, trip counts, single-process branches, wrapper modules from outside the tree,
 rank sources by name, tuple unpacking, rank-local sizes, constructor flow, HK107."""
+import os
 import textwrap
 
 import pytest
 
 from test_lint_rules import expect, lint_tree, marks, silent
+from testlib import REPO
 
 FLAGGED = {
     "emptiness_of_a_parameter_handed_on_from_an_entry_point": ("HK202", """
@@ -2552,13 +2554,86 @@ def sweep(groups):
 }
 
 
+def _corpus(name):
+    with open(os.path.join(REPO, "tests", "lint", "corpus", name)) as f:
+        return f.read()
+
+
+#: the flagged counterparts of the ways-through and try/finally rules (look-alikes p35, p36)
+WAYS_REACHED = {
+    # the main process never calls its half
+    "main_first_without_the_finally_half": ("HK101", _corpus("p35_main_first_in_try_finally_alike.py").replace(
+        "                if not is_main_process:\n", "                if not is_main_process:  # BRANCH\n").replace(
+        "                    dist.barrier()\n                yield", "                    dist.barrier()  # HERE\n"
+        "                yield").replace("                    dist.barrier()\n        else", "                    pass\n"
+                                        "        else")),
+    # rank 0 does not leave with the others: it goes on to the gather
+    "rank0_falls_through_to_the_gather": ("HK102", _corpus("p36_rank_return_then_return_alike.py").replace(
+        "        if rank != 0:\n            return None\n        empty",
+        "        if rank != 0:  # BRANCH\n            return None\n        empty").replace(
+        "        return [empty for _ in range(world)]\n", "").replace(
+        "    dist.gather(pad, out, dst=0, group=group)\n", "    dist.gather(pad, out, dst=0, group=group)  # HERE\n")),
+    # rank 0's own raise is not the raise all ranks may meet later: another way out
+    "a_rank_raise_and_a_later_raise_of_all": ("HK103", """
+import torch.distributed as dist
+
+
+def save(path, strategy, exists):
+    if dist.get_rank() == 0:  # BRANCH
+        if not exists(path):
+            raise FileNotFoundError(path)
+    if strategy is not None:
+        raise NotImplementedError(strategy)
+    dist.barrier()  # HERE
+"""),
+}
+
+#: sglang's `broadcast_pyobj`: the root tests its data's length, the others the broadcast size;
+#: both sides have the same two ways through (one broadcast, or two), which one a rank takes
+#: is up to those inner tests: reported, at warning level
+BROADCAST_PYOBJ = """
+import pickle
+import torch
+import torch.distributed as dist
+
+
+def broadcast_pyobj(data, rank, group=None, src=0):
+    if rank == src:  # BRANCH
+        if len(data) == 0:
+            dist.broadcast(torch.tensor([0]), src=src, group=group)
+        else:
+            blob = torch.ByteTensor(list(pickle.dumps(data)))
+            dist.broadcast(torch.tensor([len(blob)]), src=src, group=group)
+            dist.broadcast(blob, src=src, group=group)  # HERE
+        return data
+    size = torch.tensor([0])
+    dist.broadcast(size, src=src, group=group)
+    if int(size) == 0:
+        return []
+    blob = torch.empty(int(size), dtype=torch.uint8)
+    dist.broadcast(blob, src=src, group=group)
+    return pickle.loads(bytes(blob.tolist()))
+"""
+
+
+def test_same_ways_through_decided_inside_the_sides_is_a_warning(tmp_path):
+    src = textwrap.dedent(BROADCAST_PYOBJ)
+    line = marks(src, "HERE")
+    assert _severities(tmp_path, src) == [("HK101", line, "warning")]
+    # the non-root side stops after the size: not the root's ways, an error
+    cut = src.replace("    if int(size) == 0:\n        return []\n", "    return []\n")
+    found = _severities(tmp_path, cut)
+    assert ("HK101", line, "error") in found and {lv for _, _, lv in found} == {"error"}, found
+
+
 #: the flagged counterparts of this round's rules (heat, pySDC: look-alikes p29-p34), by rule
 STILL_REPORTED = {("%s: %s" % (group, name)): case for group, cases in (
     ("guarded collective (p29)", GUARDED_REACHED), ("assigned parameter (p29)", ASSIGNED_BEFORE_TEST),
     ("read at its line", REACHING_THE_LOOP), ("type question (p30)", TYPE_QUESTION_REACHED),
     ("type question body (p30)", MULTI_STATEMENT_REACHED), ("group size (p31)", GROUP_SIZE_REACHED),
     ("loop-carried (p32)", LOOP_CARRIED), ("forwarded keywords (p33)", FORWARDED_REACHED),
-    ("comprehension (p34)", COMPREHENSION_REACHED)) for name, case in cases.items()}
+    ("comprehension (p34)", COMPREHENSION_REACHED), ("ways through (p35, p36)", WAYS_REACHED))
+    for name, case in cases.items()}
 
 
 @pytest.mark.parametrize("name", sorted(STILL_REPORTED))
