@@ -1060,7 +1060,9 @@ class Project:
             elif i + bound < len(ff.params) and ff.params[i + bound] in ff.ret_params:
                 out.append(a)
         for k in call.keywords:
-            if k.arg is None or k.arg in ff.ret_params:
+            # a keyword that names where logs go does not make the value rank-dependent here
+            # either (fairseq's progress bar, wrapped in a logger's on the master only)
+            if k.arg is None or (k.arg in ff.ret_params and not C.is_display_keyword(k.arg)):
                 out.append(k.value)
         return out
 
@@ -1123,7 +1125,7 @@ def _handed(taint, mod, ff, call, ref):
     taint._at = call.lineno
     handed = [(i, a) for i, a in enumerate(call.args) if not isinstance(a, ast.Starred)]
     handed += [(k.arg, k.value) for k in call.keywords
-               if k.arg and k.arg not in C.DISPLAY_KEYWORDS and not _flag(k.value)]
+               if k.arg and not C.is_display_keyword(k.arg) and not _flag(k.value)]
     lv = {}
     elems = []
     for k, a in handed:

@@ -21,7 +21,7 @@ __all__ = ["COLLECTIVE_MODULES", "DISTINCT", "GENERIC", "COMMISH", "P2P_SEND", "
            "GROUP_CREATE", "ABORTS", "EXITS", "RANK_CALLS", "RANK_NAMES", "RANK_ENV",
            "LOCAL_CALLS", "LOCAL_METHODS", "DATAISH", "MARK_DECORATORS", "MEMBERSHIP", "EXTRA_PLAIN", "extend",
            "snapshot", "restore", "classify_call", "RANK_CALL_RE", "RANK_ATTR_RE", "LOCAL_DATA_METHODS",
-           "LOCAL_DATA_CALLS", "DISPLAY_KEYWORDS", "extend_rank_sources", "is_rank_call", "is_configured",
+           "LOCAL_DATA_CALLS", "DISPLAY_KEYWORDS", "is_display_keyword", "extend_rank_sources", "is_rank_call", "is_configured",
            "configured_method", "LIBRARY_METHODS", "SYNC_LOG_METHODS", "WRAPPER_CLASSES", "is_rank_attr", "commish"]
 
 #: qualified-name prefixes whose functions named in DISTINCT or GENERIC are collectives
@@ -55,11 +55,12 @@ COMMISH = re.compile(r"(^|_)(comm|mpi|world|strategy|accelerator|dist|pg|process
 
 #: library methods that are collective, matched on a receiver named like their owner:
 #: ``accelerator.save_state`` (DeepSpeed/FSDP checkpoints synchronise), a DeepSpeed engine's
-#: ``save_checkpoint``/``load_checkpoint`` (ZeRO shards, barriers inside)
+#: ``save_checkpoint``/``load_checkpoint`` (ZeRO shards, barriers inside), a Lightning or Composer
+#: trainer's ``save_checkpoint`` (it ends in the strategy's barrier)
 LIBRARY_METHODS = {
     "save_state": re.compile(r"(^|_)accelerator$", re.I),
     "load_state": re.compile(r"(^|_)accelerator$", re.I),
-    "save_checkpoint": re.compile(r"(^|_)(engine|model_engine|ds_engine|deepspeed_engine|ds_model)$", re.I),
+    "save_checkpoint": re.compile(r"(^|_)(engine|model_engine|ds_engine|deepspeed_engine|ds_model|trainer)$", re.I),
     "load_checkpoint": re.compile(r"(^|_)(engine|model_engine|ds_engine|deepspeed_engine|ds_model)$", re.I),
 }
 #: logging methods that reduce across processes when given ``sync_dist=True`` (Lightning)
@@ -135,6 +136,17 @@ DISPLAY_KEYWORDS = {"disable", "desc", "position", "leave", "ncols", "nrows", "d
                     "print_fn", "stacklevel", "main_process_only", "is_main_process", "in_order", "rank_zero_only",
                     # placement: where a value lives, not what it holds
                     "device", "device_ids", "output_device", "map_location", "dtype", "non_blocking"}
+#: keyword arguments named for where logs go (`tensorboard_logdir=`, `wandb_project=`,
+#: `azureml_logging=`: fairseq's progress bar gets them on the master only): display too
+_LOG_KEYWORD = re.compile(r"(^|_)(log|logs|logdir|logging|logger|tensorboard|wandb|mlflow|azureml|aim|comet|clearml)(_|$)",
+                          re.I)
+
+
+def is_display_keyword(name):
+    """True when keyword argument ``name`` only shapes a call's display or where its logs go
+    (:data:`DISPLAY_KEYWORDS`, a logging destination): its rank dependence does not reach the
+    call's value."""
+    return name in DISPLAY_KEYWORDS or bool(_LOG_KEYWORD.search(name))
 #: names of per-rank data (their length / emptiness is rank-local)
 #: (a loader's or a whole dataset's length is not: DistributedSampler & co. make it equal)
 DATAISH = re.compile(r"(^|_)(batch|batches|shards|chunks|samples|files)$|^(local|my|rank)_(batch|shards?|chunks?|"
@@ -148,6 +160,11 @@ MEMBERSHIP = re.compile(r"not_in_group|non_member|NON_GROUP_MEMBER|is_member|in_
 #: decorators that mark a user's function as collective
 MARK_DECORATORS = {"collective", "hpc_hangkit.collective", "hpc_hangkit.arm.agree.collective",
                    "hpc_hangkit.arm.collective"}
+
+#: decorators that run a function only on some ranks (its body is a rank branch): Lightning's
+#: ``rank_zero_only``, mmengine's ``master_only``, accelerate's ``on_main_process`` family
+RANK_GATES = {"rank_zero_only", "master_only", "on_main_process", "on_local_main_process", "on_last_process",
+              "on_process", "on_local_process"}
 
 _extra_qualified = set()
 #: configured plain names: also matched as bare calls (``my_sync(t)``)

@@ -552,6 +552,9 @@ class _Walker:
                     return  # tearing the group down on an error is the cure, not the hang
                 self._emit("HK101" if dep else "HK201", call, w, g.line,
                            "runs only on ranks that raised, in this except handler")
+            elif g.kind == "gate":
+                self._emit("HK101", call, w, g.line,
+                           "is reached only on the ranks that the function's decorator runs it on", g.direct)
             else:
                 self._emit("HK101" if dep else "HK201", call, w, g.line,
                            "is reached only on ranks where the %s condition is %s"
@@ -765,7 +768,17 @@ class _Walker:
     # ---------------------------------------------------------------- statements
     def walk(self):
         body = self.ff.node.body
-        self.block(body, (), (), "return")
+        self.block(body, self._gate(), (), "return")
+
+    def _gate(self):
+        """``(guard,)`` when the function is decorated to run only on some ranks
+        (``@rank_zero_only``, ``@accelerator.on_main_process``: :data:`RANK_GATES`), with the
+        decorator's line as the branch; else ``()``."""
+        for dec in getattr(self.ff.node, "decorator_list", ()):
+            d = dotted(dec.func if isinstance(dec, ast.Call) else dec)
+            if d and d[-1] in C.RANK_GATES:
+                return (_Guard(dec.lineno, 2, "gate"),)
+        return ()
 
     def block(self, stmts, guards, loops, end="fall"):
         pairs = self.paired_ifs(stmts) | self.paired

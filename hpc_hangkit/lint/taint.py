@@ -966,7 +966,7 @@ class Taint:
             if lv == 2:
                 return lv
         for k in call.keywords:
-            if k.arg not in C.DISPLAY_KEYWORDS and not _is_flag(k.value):
+            if not (k.arg and C.is_display_keyword(k.arg)) and not _is_flag(k.value):
                 lv = max(lv, self.level(k.value))
         return lv
 

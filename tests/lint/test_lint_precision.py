@@ -850,6 +850,27 @@ def train(loader, is_main):
     for batch in tqdm(loader, disable=not is_main, desc="train", position=0, leave=False):
         dist.all_reduce(batch)
 """,
+    "log_destinations_do_not_carry_the_rank": """
+import torch.distributed as dist
+
+
+def progress_bar(iterator, log_format="simple", tensorboard_logdir=None, wandb_project=None):
+    bar = iterator
+    if tensorboard_logdir:
+        bar = TensorboardWrapper(bar, tensorboard_logdir)
+    if wandb_project:
+        bar = WandbWrapper(bar, wandb_project)
+    return bar
+
+
+def train(itr, cfg):
+    is_master = dist.get_rank() == 0
+    progress = progress_bar(itr, log_format=cfg.log_format,
+                            tensorboard_logdir=cfg.tensorboard_logdir if is_master else None,
+                            wandb_project=cfg.wandb_project if is_master else None)
+    for samples in progress:
+        dist.all_reduce(samples)
+""",
     "a_loop_counts_items_not_values": """
 import torch.distributed as dist
 
@@ -2624,6 +2645,51 @@ def test_same_ways_through_decided_inside_the_sides_is_a_warning(tmp_path):
     cut = src.replace("    if int(size) == 0:\n        return []\n", "    return []\n")
     found = _severities(tmp_path, cut)
     assert ("HK101", line, "error") in found and {lv for _, _, lv in found} == {"error"}, found
+
+
+#: a function decorated to run on some ranks only is a rank branch: its decorator is the branch
+RANK_GATED = """
+import torch.distributed as dist
+from accelerate import Accelerator
+from lightning.pytorch.utilities import rank_zero_only
+
+accelerator = Accelerator()
+
+
+def sync_loss(t):
+    dist.all_reduce(t)
+    return t
+
+
+class Model:
+    @rank_zero_only  # BRANCH
+    def on_fit_start(self, t):
+        print("start")
+        dist.barrier()  # HERE
+
+    @rank_zero_only
+    def log_loss(self, t):
+        print(t)
+
+    @accelerator.on_main_process
+    def save(self, path):
+        print(path)
+"""
+
+
+def test_a_collective_in_a_rank_gated_function_is_hk101_at_the_decorator(tmp_path):
+    expect(tmp_path, RANK_GATED, "HK101")
+    src = textwrap.dedent(RANK_GATED)
+    # through a helper, and under accelerate's decorator
+    helper = src.replace("        print(t)\n", "        print(sync_loss(t))\n")
+    assert [(c, ln) for c, ln, _ in _severities(tmp_path, helper)] == [
+        ("HK101", marks(src, "HERE")), ("HK101", src.splitlines().index("        print(t)") + 1)]
+    acc = src.replace("        print(path)\n", "        accelerator.wait_for_everyone()\n")
+    found = _severities(tmp_path, acc)
+    assert ("HK101", acc.splitlines().index("        accelerator.wait_for_everyone()") + 1, "error") in found
+    # without the decorators: every rank runs them
+    plain = src.replace("    @rank_zero_only  # BRANCH\n", "").replace("    @rank_zero_only\n", "")
+    assert _severities(tmp_path, plain) == []
 
 
 #: the flagged counterparts of this round's rules (heat, pySDC: look-alikes p29-p34), by rule
