@@ -720,8 +720,8 @@ class _Walker:
         stack = [(st, False, False) for st in stmts]
         while stack:
             n, in_loop, in_try = stack.pop()
-            if isinstance(n, _DEFS):
-                continue
+            if isinstance(n, _DEFS) or id(n) in self.taint.single:
+                continue  # a single-process branch leaves no other rank waiting
             if isinstance(n, ast.Return):
                 kinds.add("return")
             elif isinstance(n, ast.Raise):

@@ -2030,7 +2030,8 @@ def _is_world_size(e):
     if isinstance(e, ast.Name):
         return e.id in ("world_size", "WORLD_SIZE", "num_processes", "size", "nprocs", "num_replicas", "n_procs")
     d = dotted(e)
-    return bool(d) and d[-1] in ("world_size", "WORLD_SIZE", "num_processes", "num_replicas")
+    return bool(d) and d[-1] in ("world_size", "WORLD_SIZE", "num_processes", "num_replicas",
+                                 "distributed_world_size")
 
 
 def mentions_membership(e):

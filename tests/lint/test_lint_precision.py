@@ -850,6 +850,26 @@ def train(loader, is_main):
     for batch in tqdm(loader, disable=not is_main, desc="train", position=0, leave=False):
         dist.all_reduce(batch)
 """,
+    "a_single_process_exit_leaves_no_rank_waiting": """
+import torch.distributed as dist
+
+
+class Trainer:
+    def train_step(self, sample, step):
+        ooms = 0
+        try:
+            loss = step(sample)
+        except RuntimeError as e:
+            if "out of memory" not in str(e):
+                raise e
+            ooms += 1
+            if self.cfg.distributed_training.distributed_world_size == 1:
+                return None
+            loss = None
+        out = [loss, ooms]
+        dist.all_reduce(out)
+        return out
+""",
     "log_destinations_do_not_carry_the_rank": """
 import torch.distributed as dist
 
@@ -2608,6 +2628,13 @@ def save(path, strategy, exists):
     dist.barrier()  # HERE
 """),
 }
+
+def test_an_exit_with_other_ranks_is_still_reported(tmp_path):
+    # fairseq's OOM handler, but the early return is taken when there are other ranks
+    src = SILENT["a_single_process_exit_leaves_no_rank_waiting"].replace(
+        "distributed_world_size == 1", "distributed_world_size > 1")
+    assert [c for c, _, _ in _severities(tmp_path, textwrap.dedent(src))] == ["HK202"]
+
 
 #: sglang's `broadcast_pyobj`: the root tests its data's length, the others the broadcast size;
 #: both sides have the same two ways through (one broadcast, or two), which one a rank takes
