@@ -125,13 +125,15 @@ class _Guard:
 
 
 class _Exit:
-    __slots__ = ("line", "level", "kind", "loop", "abort", "direct", "sides")
+    __slots__ = ("line", "level", "kind", "loop", "abort", "direct", "sides", "note")
 
-    def __init__(self, line, level, kind, loop, abort, direct=True, sides=()):
+    def __init__(self, line, level, kind, loop, abort, direct=True, sides=(), note=""):
         self.line, self.level, self.kind, self.loop, self.abort = line, level, kind, loop, abort
         self.direct = direct
         #: the sides of the enclosing fixed tests the exit stands on (:func:`_side`)
         self.sides = sides
+        #: where a helper's raise is, for an exit that is a helper's call (``"; its raise: f.py:12"``)
+        self.note = note
 
 
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
@@ -243,6 +245,11 @@ class _Walker:
         #: ids of the ``if`` statements of a ``try`` body and its ``finally`` block that pair up
         #: (:meth:`paired_ifs`)
         self.paired = frozenset()
+        #: how many ``try`` bodies with handlers the walk is in (a helper's raise is caught there)
+        self.in_try = 0
+        #: the enclosing tests of a rank against a constant, as ``(key, op, value, side)``
+        #: (:func:`_rank_compare`): which ranks can be here
+        self.rank_path = ()
         #: receiver (dotted, as a tuple) -> whether only a ``Split`` ever makes it (:meth:`_on_subgroup`)
         self._subgroups = {}
 
@@ -325,7 +332,7 @@ class _Walker:
         out.sort(key=lambda x: x[0])
         return [(w, i) for _, w, i in out]
 
-    def _emit(self, code, node, what, line, detail, direct=True):
+    def _emit(self, code, node, what, line, detail, direct=True, note=""):
         if id(node) in self.seen:
             return
         self.seen.add(id(node))
@@ -338,7 +345,7 @@ class _Walker:
                     (group is not None and self._group_relative_test(line, group)):
                 direct = False
         chain = self.chain(node) if isinstance(node, ast.Call) else ()
-        msg = "%s %s (line %d: `%s`)" % (what, detail, line, self.mod.line_text(line))
+        msg = "%s %s (line %d: `%s`%s)" % (what, detail, line, self.mod.line_text(line), note)
         if chain:
             msg += "; the collective: " + " -> ".join(
                 "%s at %s:%d" % (w, os.path.basename(p), ln) for p, ln, _, w, _ in chain)
@@ -575,7 +582,7 @@ class _Walker:
                     continue
                 self._emit("HK103" if dep else "HK203", call, w, e.line,
                            "comes after a %s raise with no abort: the ranks that raise leave the others waiting"
-                           % ("rank-dependent" if dep else "rank-local"), e.direct)
+                           % ("rank-dependent" if dep else "rank-local"), e.direct, e.note)
             else:
                 self._emit("HK102" if dep else "HK202", call, w, e.line,
                            "comes after a %s early %s: the ranks that leave never reach it"
@@ -600,6 +607,33 @@ class _Walker:
                        "the parent group must call it with the same ranks",
                        any(self.taint.direct_level(v) == 2 for v in vals))
 
+    # ---------------------------------------------------------------- a helper's raise
+    def helper_raise(self, call):
+        """``(path, line)`` of a ``raise`` of the tree function ``call`` calls that stands under
+        a test of the rank in that function (``if rank >= len(payloads): raise IndexError``),
+        outside any ``try`` of its own and any single-process branch; None when there is none
+        (or the function is not in the tree). Each function is read once."""
+        callee = self.project.callee(self.mod, self.ff.cls, self.ff.qualname, call)
+        if callee is None or not callee.raises:
+            return None
+        home = callee.general or callee
+        if home.node is None:
+            return None
+        cache = self.project.__dict__.setdefault("_helper_raises", {})
+        if id(home) not in cache:
+            cache[id(home)] = self._rank_raise_in(home)
+        return cache[id(home)]
+
+    def _rank_raise_in(self, ff):
+        mod = self.project.modules.get(os.path.normpath(os.path.abspath(ff.path))) if ff.path != self.mod.path \
+            else self.mod
+        if mod is None:
+            return None
+        # a module function, not a closure: a recursive closure is a reference cycle, and the
+        # lint runs with the cyclic collector off
+        line = _rank_raise_line(ff.node.body, False, Taint(ff.node, mod, ff.cls, self.project, facts=ff))
+        return (ff.path, line) if line else None
+
     # ---------------------------------------------------------------- ways through
     def arms_agree(self, st, rest, end):
         """Whether the two sides of ``if`` statement ``st``, each followed by ``rest`` (the
@@ -612,8 +646,10 @@ class _Walker:
         then agree across the ranks: sglang's `broadcast_pyobj`, whose root tests its data's
         length and the others the broadcast size), else None (also when there are too many
         ways to compare)."""
-        a = self.ways(list(st.body) + list(rest), end)
-        b = self.ways(list(st.orelse) + list(rest), end) if a is not None else None
+        rc = _rank_compare(st.test)
+        paths = [self.rank_path + ((rc + (side,),) if rc is not None else ()) for side in (True, False)]
+        a = self.ways(list(st.body) + list(rest), end, paths[0])
+        b = self.ways(list(st.orelse) + list(rest), end, paths[1]) if a is not None else None
         if b is None:
             return None
         # a test after `st` that both sides reach decides alike for both; one only one side
@@ -631,25 +667,26 @@ class _Walker:
             many = many or len(sides[0]) > 1
         return "many" if many else "one"
 
-    def ways(self, stmts, end="fall"):
+    def ways(self, stmts, end="fall", path=()):
         """The ways through ``stmts``, as a set of ``(collectives, how it ends, decisions)``:
         the names of the collectives reached, in order (a loop, ``try`` or ``match`` that
         reaches one or leaves the function counts as one element, itself); "return",
         "raise@LINE", "exit", "continue", "break" or ``end`` for a way that runs off the end; the sides
         taken of the ``if`` tests on the way whose sides differ, as ``(id of the test, bool)``.
-        None for more than :data:`_MAX_WAYS` ways."""
-        got = self._ways(stmts)
+        None for more than :data:`_MAX_WAYS` ways. ``path``: the rank tests around
+        (:attr:`rank_path`): a test they decide takes only its decided side."""
+        got = self._ways(stmts, path)
         if got is None:
             return None
         return {(seq, how or end, d) for seq, how, d in got}
 
-    def _ways(self, stmts):
+    def _ways(self, stmts, path=()):
         cur = {((), None, ())}
         for st in stmts:
             live = [w for w in cur if w[1] is None]
             if not live:
                 break
-            step = self._stmt_ways(st)
+            step = self._stmt_ways(st, path)
             if step is None:
                 return None
             cur = {w for w in cur if w[1] is not None} | \
@@ -658,7 +695,7 @@ class _Walker:
                 return None
         return cur
 
-    def _stmt_ways(self, st):
+    def _stmt_ways(self, st, path=()):
         if isinstance(st, _DEFS):
             return {((), None, ())}
         head, how = [], None
@@ -678,7 +715,13 @@ class _Walker:
             # line: two raises are two errors, which need not come on the same ranks
             raises = {(head, "raise@%d" % st.lineno, ())}
         if isinstance(st, ast.If):
-            arms = [self._ways(st.body), self._ways(st.orelse)]
+            rc = _rank_compare(st.test)
+            took = _decided(rc, path) if rc is not None else None
+            if took is not None:
+                got = self._ways(st.body if took else st.orelse, path)
+                return None if got is None else {(head + seq, h, d) for seq, h, d in got}
+            arms = [self._ways(arm, path + ((rc + (side,),) if rc is not None else ()))
+                    for side, arm in ((True, st.body), (False, st.orelse))]
             if None in arms:
                 return None
             if {w[:2] for w in arms[0]} == {w[:2] for w in arms[1]}:
@@ -686,7 +729,7 @@ class _Walker:
             return {(head + seq, h, ((id(st.test), side),) + d)
                     for side, arm in zip((True, False), arms) for seq, h, d in arm}
         if isinstance(st, (ast.With, ast.AsyncWith)):
-            got = self._ways(st.body)
+            got = self._ways(st.body, path)
             return None if got is None else {(head + seq, h, d) for seq, h, d in got}
         if isinstance(st, _LOOPS) or isinstance(st, ast.Try) or type(st).__name__ in ("TryStar", "Match"):
             inner = [x for x in ast.iter_child_nodes(st) if isinstance(x, ast.stmt)] + \
@@ -725,7 +768,8 @@ class _Walker:
             if isinstance(n, ast.Return):
                 kinds.add("return")
             elif isinstance(n, ast.Raise):
-                kinds.add("raise")
+                if in_try != "all":
+                    kinds.add("raise")
             elif isinstance(n, (ast.Continue, ast.Break)) and not in_loop:
                 kinds.add("continue" if isinstance(n, ast.Continue) else "break")
             elif isinstance(n, ast.Call):
@@ -747,7 +791,8 @@ class _Walker:
                 stack.append((n.test if isinstance(n, ast.While) else n.iter, in_loop, in_try))
                 continue
             if isinstance(n, ast.Try) and n.handlers:
-                stack.extend((c, in_loop, True) for c in n.body)
+                # "all": a handler takes every exception, the body's raises stay in the try
+                stack.extend((c, in_loop, "all" if in_try == "all" or _catches_all(n) else True) for c in n.body)
                 for c in n.handlers + n.orelse + n.finalbody:
                     stack.append((c, in_loop, in_try))
                 continue
@@ -851,10 +896,19 @@ class _Walker:
             return
         for call in _calls_in(_header_exprs(st)):
             self.call(call, guards, loops)
+        if not self.in_try and not self.members_only and self._stmt_calls([st]):
+            got = self.helper_raise(st.value)
+            if got is not None:
+                # the helper raises on some ranks only: as if its test and raise stood here
+                self.exits.append(_Exit(st.lineno, 2, "raise", None, False, False, self.sides,
+                                        "; its raise: %s:%d" % (os.path.basename(got[0]), got[1])))
         if isinstance(st, ast.If):
             lv = self.taint.test_level_at(st.test, st.lineno)
             if lv and self._own_group_size(st):
                 lv = 0
+            rc = _rank_compare(st.test)
+            if lv and rc is not None and _decided(rc, self.rank_path) is not None:
+                lv = 0  # every rank that has peers and can be here takes the same side
             before = list(self.exits)
             same_exit = False
             if lv:
@@ -887,13 +941,19 @@ class _Walker:
             outer = self.sides
             if side is not None:
                 self.sides = outer + (side,)
+            outer_path = self.rank_path
+            if rc is not None:
+                self.rank_path = outer_path + (rc + (True,),)
             self.block(st.body, guards + ((ga,) if ga else ()), loops)
             self.members_only -= members
             after_body = self.exits
             self.exits = list(before)
             if side is not None:
                 self.sides = outer + ((side[0], not side[1]),)
+            if rc is not None:
+                self.rank_path = outer_path + (rc + (False,),)
             self.block(st.orelse, guards + ((gb,) if gb else ()), loops)
+            self.rank_path = outer_path
             self.sides = outer
             merged = after_body + [e for e in self.exits if e not in after_body]
             self.exits = merged
@@ -932,11 +992,17 @@ class _Walker:
             self.block(st.orelse, guards, loops)
         elif isinstance(st, ast.Try) or type(st).__name__ == "TryStar":
             before_try = list(self.exits)
+            self.in_try += bool(st.handlers)
             if st.finalbody:
                 # `try: if not main: barrier(); yield` `finally: if main: barrier()`: the finally
                 # block runs on every rank after the body, so the two halves pair up as in one block
                 self.paired = self.paired | self.paired_ifs(list(st.body) + list(st.finalbody))
             self.block(st.body, guards, loops)
+            self.in_try -= bool(st.handlers)
+            if _catches_all(st):
+                # `except Exception as e: error = e`: a rank that raises in the body goes on
+                # after the try with the others
+                self.exits = [e for e in self.exits if e in before_try or e.kind != "raise"]
             for h in st.handlers:
                 before = list(self.exits)
                 cond = handler_condition(st, h)
@@ -1052,6 +1118,99 @@ def _line_text(project, path, line, here, raw=False):
             pass
         cache[key] = text
     return cache[key] if raw else cache[key].strip()
+
+
+def _rank_raise_line(stmts, ranked, taint):
+    """The line of the first ``raise`` of ``stmts`` that stands under a test of the rank
+    (``ranked``: already under one), outside a ``try`` with handlers, a single-process branch
+    and code after a ``return``; None when there is none."""
+    for st in stmts:
+        if isinstance(st, _DEFS) or id(st) in taint.single:
+            continue
+        if isinstance(st, ast.Raise):
+            return st.lineno if ranked else None
+        if isinstance(st, ast.Return):
+            return None  # what follows in this block never runs
+        got = None
+        if isinstance(st, ast.If):
+            here = ranked or (taint.test_level_at(st.test, st.lineno) == 2 and taint.direct_level(st.test) == 2)
+            got = _rank_raise_line(st.body, here, taint) or _rank_raise_line(st.orelse, here, taint)
+        elif isinstance(st, ast.Try) or type(st).__name__ == "TryStar":
+            got = (None if st.handlers else _rank_raise_line(st.body, ranked, taint)) or \
+                _rank_raise_line(st.orelse, ranked, taint) or _rank_raise_line(st.finalbody, ranked, taint)
+        elif isinstance(st, (ast.With, ast.AsyncWith)):
+            got = _rank_raise_line(st.body, ranked, taint)
+        if got:
+            return got
+    return None
+
+
+_CMP = {ast.Eq: lambda x, v: x == v, ast.NotEq: lambda x, v: x != v, ast.Lt: lambda x, v: x < v,
+        ast.LtE: lambda x, v: x <= v, ast.Gt: lambda x, v: x > v, ast.GtE: lambda x, v: x >= v,
+        ast.In: lambda x, v: x in v, ast.NotIn: lambda x, v: x not in v}
+
+
+def _int_of(e):
+    if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub):
+        v = _int_of(e.operand)
+        return -v if v is not None else None
+    if isinstance(e, ast.Constant) and type(e.value) is int:
+        return e.value
+    return None
+
+
+def _rank_compare(test):
+    """``(key, op, value)`` of a test of a rank against integer constants (``RANK == 0``,
+    ``local_rank > 0``, ``rank in (-1, 0)``, ``dist.get_rank() != 0``; ``value`` a frozenset for
+    ``in``), ``key`` the rank's expression dumped; None for any other test."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and type(test.ops[0]) in _CMP):
+        return None
+    left, right = test.left, test.comparators[0]
+    if isinstance(test.ops[0], (ast.In, ast.NotIn)):
+        vals = [_int_of(x) for x in right.elts] if isinstance(right, (ast.Tuple, ast.List, ast.Set)) else [None]
+        if None in vals:
+            return None
+        value = frozenset(vals)
+    else:
+        value = _int_of(right)
+        if value is None:
+            return None
+    if isinstance(left, ast.Call):
+        d = dotted(left.func)
+        if left.args or left.keywords or not d or not C.is_rank_call(d[-1]):
+            return None
+    else:
+        d = dotted(left)
+        if not d or (d[-1] not in C.RANK_NAMES and d[-1].lower() not in C.RANK_NAMES):
+            return None
+    return ast.dump(left), type(test.ops[0]), value
+
+
+def _decided(rc, path):
+    """The side (True/False) that rank test ``rc`` (:func:`_rank_compare`) takes on every rank
+    number from 0 up that the enclosing rank tests ``path`` let through, or None when they
+    differ. A negative rank (``-1``) is the field's mark of a run without other ranks
+    (``RANK = int(os.getenv("RANK", -1))``): it leaves no one waiting, so it is not counted
+    (ultralytics' ``if RANK == 0: ... elif RANK > 0: ...``)."""
+    key, op, value = rc
+    consts = [value] + [v for k, _, v, _ in path if k == key]
+    top = max(max(c) if isinstance(c, frozenset) else c for c in consts)
+    seen = set()
+    for x in range(0, max(top, 0) + 3):
+        if all(_CMP[o](x, v) == side for k, o, v, side in path if k == key):
+            seen.add(_CMP[op](x, value))
+    return seen.pop() if len(seen) == 1 else None
+
+
+def _catches_all(st):
+    """True when a handler of ``try`` statement ``st`` takes every exception a ``raise`` can
+    throw: a bare ``except:``, ``except Exception`` or ``except BaseException`` (alone or in a
+    tuple)."""
+    for h in getattr(st, "handlers", ()):
+        types = h.type.elts if isinstance(h.type, ast.Tuple) else [h.type]
+        if any(t is None or (dotted(t) or [""])[-1] in ("Exception", "BaseException") for t in types):
+            return True
+    return False
 
 
 def _matched(a, b):

@@ -2719,6 +2719,91 @@ def test_a_collective_in_a_rank_gated_function_is_hk101_at_the_decorator(tmp_pat
     assert _severities(tmp_path, plain) == []
 
 
+#: a helper that raises on some ranks, called by every rank before a collective (the blind
+#: recall round's r05 shape): reported at the caller, at warning (the raise is in the helper)
+HELPER_RAISE = """
+from mpi4py import MPI
+
+
+def _payload_for_rank(payloads, rank):
+    if rank >= len(payloads):
+        raise IndexError(rank)
+    return payloads[rank]
+
+
+def run(comm, payloads):
+    rank = comm.Get_rank()
+    payload = _payload_for_rank(payloads, rank)  # BRANCH
+    return comm.gather(payload, root=0)  # HERE
+"""
+
+
+def test_a_helpers_rank_raise_is_carried_to_its_caller(tmp_path):
+    src = textwrap.dedent(HELPER_RAISE)
+    assert _severities(tmp_path, src) == [("HK103", marks(src, "HERE"), "warning")]
+    expect(tmp_path, HELPER_RAISE, "HK103")
+    # the caller catches it; the raise follows a return (dead code); the test is not the rank's
+    for silent_src in (
+            src.replace("    payload = _payload_for_rank(payloads, rank)  # BRANCH\n",
+                        "    try:\n        payload = _payload_for_rank(payloads, rank)\n"
+                        "    except IndexError:\n        payload = None\n"),
+            src.replace("    if rank >= len(payloads):", "    return payloads[rank]\n    if rank >= len(payloads):"),
+            src.replace("    if rank >= len(payloads):", "    if len(payloads) == 0:")):
+        assert _severities(tmp_path, silent_src) == [], silent_src
+
+
+#: a raise in a try body whose handler takes every exception: the rank goes on with the others
+#: (llm-foundry's data prep: `except Exception as e: error = e`, a barrier, then the re-raise)
+CAUGHT_RAISE = """
+import torch.distributed as dist
+
+
+def build(data):
+    error = None
+    try:
+        if dist.get_rank() == 0 and len(data) == 0:  # BRANCH
+            raise ValueError("no data")
+    except Exception as e:
+        error = e
+    dist.barrier()  # HERE
+    if error is not None:
+        raise error
+"""
+
+
+def test_a_raise_caught_by_a_catch_all_handler_leaves_no_rank(tmp_path):
+    silent(tmp_path, CAUGHT_RAISE)
+    # a handler for another error lets it through
+    expect(tmp_path, CAUGHT_RAISE.replace("except Exception as e:", "except KeyError as e:"), "HK103")
+
+
+#: ultralytics' rank arms: `RANK == 0` and `RANK > 0` make the same gathers; the rank left out
+#: is -1, a run without other ranks (`RANK = int(os.getenv("RANK", -1))`)
+RANK_ARMS = """
+import torch.distributed as dist
+
+from .utils import RANK
+
+
+class Validator:
+    def gather_stats(self):
+        if RANK == 0:  # BRANCH
+            gathered = [None] * dist.get_world_size()
+            dist.gather_object(self.pred, gathered, dst=0)
+            self.pred = [p for r in gathered for p in r]
+        elif RANK > 0:
+            dist.gather_object(self.pred, None, dst=0)  # HERE
+"""
+
+
+def test_rank_arms_that_leave_out_only_rank_minus_one_agree(tmp_path):
+    silent(tmp_path, RANK_ARMS)
+    # rank 1 is left out: it waits for nothing, the others in the gather
+    src = RANK_ARMS.replace("elif RANK > 0:", "elif RANK > 1:")
+    found = _severities(tmp_path, textwrap.dedent(src))
+    assert [c for c, _, _ in found] and {c for c, _, _ in found} == {"HK101"}, found
+
+
 #: the flagged counterparts of this round's rules (heat, pySDC: look-alikes p29-p34), by rule
 STILL_REPORTED = {("%s: %s" % (group, name)): case for group, cases in (
     ("guarded collective (p29)", GUARDED_REACHED), ("assigned parameter (p29)", ASSIGNED_BEFORE_TEST),
