@@ -15,7 +15,7 @@ import os
 from hpc_hangkit.lint import collectives as C
 from hpc_hangkit.lint.model import FUNC_RANKISH, FUNC_SIZE, FuncFacts, defaults_of, dotted, module_name, names_of, nodes_of, functions_of, qualify, walk_local
 from hpc_hangkit.lint.taint import Taint, call_kind, single_process_returns
-from hpc_hangkit.lint.taint import _AGREEING_ARG0, _AGREEING_ARG1
+from hpc_hangkit.lint.taint import _AGREEING_ARG0, _AGREEING_ARG1, _RETURN_AGREES
 from hpc_hangkit.lint.taint import _is_flag as _flag
 from hpc_hangkit.lint.taint import _EQUAL_COUNT
 from hpc_hangkit.lint.taint import _first_and_last, _padding
@@ -341,7 +341,7 @@ class Project:
             ff.ret_params = _flows_from(rets, local if local is not None else walk_local(node), params) or _NONE
         if rets or attr_vals:
             kept = rets
-            if rets and agreed:
+            if rets and (agreed or any(isinstance(r, ast.Call) for r in rets)):
                 # a return in a single-process branch (`if world_size == 1: return [obj]`) runs
                 # without other ranks: it says nothing about what they get back
                 single = single_process_returns(node)
@@ -472,7 +472,10 @@ class Project:
             return False
         if rets:
             got = [agreed_value(r) for r in rets]
-            ff.ret_uniform = bool(agreed) and True in got and all(_uniform_return(r, nodes, agreed) for r in rets)
+            # every return is an agreeing collective's result (`return comm.bcast(data)`), or
+            # constant or agreed
+            ff.ret_uniform = True in got and all(
+                _returns_agreeing(mod, r) or (bool(agreed) and _uniform_return(r, nodes, agreed)) for r in rets)
             if True in got:
                 ff.ret_agreed = True
             else:
@@ -1377,6 +1380,15 @@ def _agreed_expr(e, agreed):
              and id(x) not in skip}
     names -= {"bool", "int", "float", "True", "False", "None"}
     return names <= agreed
+
+
+def _returns_agreeing(mod, r):
+    """True when return value ``r`` is the result of a collective that hands every rank the same
+    value (``comm.bcast(x)``, ``comm.allgather(x)``: :data:`~hpc_hangkit.lint.taint._RETURN_AGREES`)."""
+    if not isinstance(r, ast.Call):
+        return False
+    kind, name = call_kind(mod, r)
+    return kind == "collective" and name in _RETURN_AGREES
 
 
 def _uniform_return(r, nodes, agreed):

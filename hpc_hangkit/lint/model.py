@@ -597,9 +597,15 @@ def load_module(path, text=None, name=None):
     mod.local, imports, mod.words = scopes(tree)
     _imports(mod, imports)
     mod.comm_receivers = comm_receivers(mod)
+    defs = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
     for node in tree.body:
         if isinstance(node, ast.ClassDef):
             mod.bases[node.name] = [".".join(d) for d in (dotted(b) for b in node.bases) if d]
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) and \
+                isinstance(node.value, ast.Name) and node.value.id in defs and node.targets[0].id not in defs and \
+                node.targets[0].id not in mod.imports:
+            # `share = share_mpi`: another name of the module's own function, as an import is
+            mod.imports[node.targets[0].id] = mod.name + "." + node.value.id
     return mod
 
 

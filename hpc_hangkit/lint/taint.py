@@ -2017,7 +2017,7 @@ def _is_available(e):
 def _is_dist_flag(e):
     if isinstance(e, ast.Call):
         d = dotted(e.func)
-        return bool(d) and (d[-1] in ("is_initialized", "is_distributed", "Is_initialized")
+        return bool(d) and (d[-1] in ("is_initialized", "is_distributed", "Is_initialized", "more_than_one_process")
                             or d[-1].endswith("dist_avail_and_initialized"))
     d = dotted(e)
     return bool(d) and d[-1] in ("distributed", "is_distributed", "use_distributed", "ddp", "use_ddp")
@@ -2026,12 +2026,13 @@ def _is_dist_flag(e):
 def _is_world_size(e):
     if isinstance(e, ast.Call):
         d = dotted(e.func)
-        return bool(d) and d[-1] in ("get_world_size", "Get_size")
+        return bool(d) and d[-1] in ("get_world_size", "Get_size", "get_mpi_size")
     if isinstance(e, ast.Name):
-        return e.id in ("world_size", "WORLD_SIZE", "num_processes", "size", "nprocs", "num_replicas", "n_procs")
+        return e.id in ("world_size", "WORLD_SIZE", "num_processes", "size", "nprocs", "num_replicas", "n_procs",
+                        "mpi_size")
     d = dotted(e)
     return bool(d) and d[-1] in ("world_size", "WORLD_SIZE", "num_processes", "num_replicas",
-                                 "distributed_world_size")
+                                 "distributed_world_size", "mpi_size")
 
 
 def mentions_membership(e):

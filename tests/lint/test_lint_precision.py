@@ -2804,6 +2804,78 @@ def test_rank_arms_that_leave_out_only_rank_minus_one_agree(tmp_path):
     assert [c for c, _, _ in found] and {c for c, _, _ in found} == {"HK101"}, found
 
 
+#: cobaya's `mpi.py`: a helper that returns the broadcast (and its argument when there is one
+#: process), named again at module level (`share = share_mpi`)
+SHARE_HELPER = {
+    "pkg/__init__.py": "",
+    "pkg/mpi.py": """
+from mpi4py import MPI
+
+
+def get_mpi_size():
+    return MPI.COMM_WORLD.Get_size()
+
+
+def share_mpi(data=None, root=0):
+    if get_mpi_size() > 1:
+        return MPI.COMM_WORLD.bcast(data, root=root)
+    else:
+        return data
+
+
+share = share_mpi
+
+
+def barrier():
+    MPI.COMM_WORLD.Barrier()
+""",
+    "pkg/run.py": """
+from pkg import mpi
+
+
+def step(rank, exists):
+    ok = None
+    if rank == 0:
+        ok = exists("x")
+    n, ok = mpi.share((1, ok))
+    if ok:
+        mpi.barrier()
+""",
+}
+
+
+def test_a_value_a_broadcast_helper_returns_is_the_same_on_every_rank(tmp_path):
+    assert lint_tree(tmp_path, SHARE_HELPER) == []
+    # a helper that returns what it was handed on every rank does not agree it
+    files = dict(SHARE_HELPER, **{"pkg/mpi.py": SHARE_HELPER["pkg/mpi.py"].replace(
+        "    if get_mpi_size() > 1:\n        return MPI.COMM_WORLD.bcast(data, root=root)\n    else:\n"
+        "        return data\n", "    MPI.COMM_WORLD.bcast(None, root=root)\n    return data\n")})
+    assert [(f[0], f[1]) for f in lint_tree(tmp_path, files)] == [("pkg/run.py", "HK101")]
+
+
+def test_more_than_one_process_names_a_run_with_other_ranks(tmp_path):
+    silent(tmp_path, """
+import torch.distributed as dist
+
+
+def more_than_one_process():
+    return dist.is_initialized() and dist.get_world_size() > 1
+
+
+def check(collection, rank):
+    if more_than_one_process():
+        stats = [None] * dist.get_world_size()
+        dist.all_gather_object(stats, collection.mean())
+    else:
+        try:
+            stats = [collection.mean()]
+        except Exception:
+            return None
+    dist.barrier()
+    return stats
+""")
+
+
 #: the flagged counterparts of this round's rules (heat, pySDC: look-alikes p29-p34), by rule
 STILL_REPORTED = {("%s: %s" % (group, name)): case for group, cases in (
     ("guarded collective (p29)", GUARDED_REACHED), ("assigned parameter (p29)", ASSIGNED_BEFORE_TEST),
