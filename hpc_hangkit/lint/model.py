@@ -221,7 +221,7 @@ class ModuleFacts:
 
     __slots__ = ("path", "key", "name", "imports", "stars", "funcs", "bases", "attr_levels", "ignores", "bad_ignores", "lines",
                  "tree", "is_package", "has_p2p", "local", "rankish", "attr_types", "collective_attrs",
-                 "attr_agreed", "words", "comm_receivers")
+                 "attr_agreed", "words", "comm_receivers", "flag_cache")
 
     def __init__(self, path, name, tree, text, is_package=False):
         self.path = path
@@ -240,6 +240,8 @@ class ModuleFacts:
         self.collective_attrs = {}
         #: (class, attr) whose value some method agrees through a collective (after propagation)
         self.attr_agreed = set()
+        #: class -> its ``self`` flags that are true only with several processes (built on demand)
+        self.flag_cache = {}
         #: ``[(line, text)]``: ``# hangkit:`` comments that silence nothing (:func:`parse_ignores`)
         self.bad_ignores = []
         self.ignores = parse_ignores(self.lines, self.bad_ignores) if "hangkit" in text else {}

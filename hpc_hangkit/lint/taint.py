@@ -43,6 +43,10 @@ _RETURN_AGREES = {"allgather", "allreduce", "bcast", "all_gather", "gather_for_m
 #: and return the result on every rank (its ``gather`` is an all-gather, unlike torch's)
 _RETURN_AGREES_ACCELERATE = {"gather", "gather_object", "reduce", "broadcast"}
 _ACCELERATOR = re.compile(r"(^|_)accelerator$", re.I)
+#: calls that combine their arguments without reading anything else (a value built from
+#: values every rank shares is shared)
+_COMBINE = {"concatenate", "array", "asarray", "vstack", "hstack", "stack", "list", "tuple", "sorted", "copy",
+            "deepcopy", "cat"}
 #: methods that change a container's size in place
 _RESIZERS = {"append", "extend", "insert", "pop", "remove", "clear", "update", "add", "discard", "popitem",
              "setdefault", "resize_", "squeeze_", "unsqueeze_"}
@@ -294,6 +298,13 @@ class Taint:
             return [(target.elts[0], start, (), None), (target.elts[1], it.args[0], (), "element")]
         return [(target, it, (), "element")]
 
+    def _flags(self):
+        """This class's ``self`` flags that are true only with several processes
+        (:func:`distributed_flags`)."""
+        if self.cls is None or self.mod is None or not hasattr(self.mod, "flag_cache"):
+            return ()
+        return distributed_flags(self.mod, self.cls)
+
     def _scan_guards(self, stmts, conds):
         """Record the branch conditions each assignment statement is under (control
         dependence: ``if rank == 0: n = len(data)``), and the statements of single-process
@@ -305,7 +316,7 @@ class Taint:
             elif isinstance(st, (ast.Global, ast.Nonlocal)):
                 self.shared.update(st.names)
             elif isinstance(st, ast.If):
-                side = single_process(st.test)
+                side = single_process(st.test, flags=self._flags())
                 if side is not None:
                     self._mark_single(st.body if side == "body" else st.orelse)
                     self._scan_guards(st.orelse if side == "body" else st.body, conds)
@@ -599,16 +610,74 @@ class Taint:
             got = False
             if name in self.assigned and name not in self._fn_params and name not in self.shared:
                 got = True
-                for target, value, conds, part in self._assigns:
+                # assumed while its own assignments are read (`pool = pool[1:]`): each keeps
+                # a value every rank shares when what it reads is shared
+                self._gathers[name] = True
+                seen = False
+                for (target, value, conds, part), line in zip(self._assigns, self._lines):
                     if name not in _names(target):
                         continue
-                    if not (part is None or type(part) is int) or not self._returns_agreed(value):
+                    if not (part is None or type(part) is int):
                         got = False
                         break
+                    if self._returns_agreed(value):
+                        seen = True
+                        continue
+                    v = value.elts[part] if type(part) is int and isinstance(value, (ast.Tuple, ast.List)) and \
+                        part < len(value.elts) else value
+                    if (v is value and part is not None) or not self._shared_value(v, line) or \
+                            not all(kind == "if" and self.test_level(t) == 0 for kind, t in conds):
+                        got = False
+                        break
+                    # built from agreeing collectives' values (not only constants): gathered too
+                    seen = seen or isinstance(v, (ast.Call, ast.Subscript))
+                got = got and seen
                 if got and name in self._resized_names():
                     got = False
             self._gathers[name] = got
         return got
+
+    def _shared_value(self, value, line, depth=0):
+        """True when ``value`` (assigned at ``line``) is the same on every rank: a constant, an
+        empty literal, or a slice or combining call (``np.concatenate(parts)``, ``list(x)``) of
+        locals whose every assignment reaching ``line`` is an agreeing collective's value
+        (``parts = comm.bcast(parts)`` after ``parts = comm.gather(...)``) or such a value."""
+        if isinstance(value, ast.Constant) or (isinstance(value, (ast.List, ast.Tuple, ast.Set, ast.Dict))
+                                                and not any(isinstance(x, ast.expr) for x in ast.iter_child_nodes(value))):
+            return True
+        if depth > 3:
+            return False
+        if isinstance(value, ast.Call):
+            d = dotted(value.func)
+            if not d or d[-1] not in _COMBINE or value.keywords:
+                return False
+            parts = value.args
+        elif isinstance(value, ast.Subscript):
+            parts = [value.value, value.slice]
+        else:
+            return False
+        for e in parts:
+            for n in ast.walk(e):
+                if isinstance(n, (ast.Call, ast.Attribute, ast.Lambda, ast.NamedExpr)):
+                    return False
+                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
+                    if self._gathers.get(n.id):
+                        continue  # assumed for the local being decided, or decided shared
+                    reaching = [r for r in self._assigns_reaching(n.id, line)
+                                if not (self._killed(n.id, r[4], line) or self._apart(r[4], line, n.id))]
+                    if not reaching or n.id in self._fn_params or n.id in self.shared:
+                        return False
+                    for target, v, conds, part, ln in reaching:
+                        if part is not None and (type(part) is not int or not isinstance(v, (ast.Tuple, ast.List))):
+                            if type(part) is int and self._returns_agreed(v):
+                                continue
+                            return False
+                        if type(part) is int:
+                            v = v.elts[part] if part < len(v.elts) else None
+                        if v is None or not (self._returns_agreed(v) or (ln != line and
+                                                                       self._shared_value(v, ln, depth + 1))):
+                            return False
+        return True
 
     def _resized_names(self):
         """The locals this function changes the size of in place (``xs.append(x)``, ``del
@@ -711,7 +780,7 @@ class Taint:
                 self._inner_loop(line, at), ())):
             return False
         if self._dom is None:
-            self._dom = _dominance(self.fn)
+            self._dom = _dominance(self.fn, self._flags())
         paths, _, owners = self._dom
         p, q = paths.get(line), paths.get(at)
         if p is None or q is None:
@@ -734,7 +803,7 @@ class Taint:
         ``line``, or, for an assignment later in a loop around both (the previous iteration's
         value), inside that loop."""
         if self._dom is None:
-            self._dom = _dominance(self.fn)
+            self._dom = _dominance(self.fn, self._flags())
         paths, killers, _ = self._dom
         read = paths.get(at)
         if read is None:
@@ -1335,7 +1404,7 @@ def _bind_reads(e, bound, out):
         stack.extend(ast.iter_child_nodes(n))
 
 
-def _dominance(fn):
+def _dominance(fn, flags=()):
     """``(paths, killers, owners)`` for function ``fn``: ``paths`` maps the first line of each statement
     (the outermost one starting there) to its block path, a tuple of ``(id of the enclosing
     statement list, index in it)`` from the body down; ``killers`` maps each name to the
@@ -1370,7 +1439,7 @@ def _dominance(fn):
                     # set before, after the loop it holds what every rank holds
                     killers.setdefault(flag, []).append((st.lineno, path))
             if isinstance(st, ast.If):
-                side = single_process(st.test, sizes)
+                side = single_process(st.test, sizes, flags)
                 if side is not None:
                     # the other side runs only without other ranks: on every run that has them,
                     # a plain assignment at the top of this side runs before every read after
@@ -1932,13 +2001,16 @@ def _pairs(target, value, conds):
     return [(target, value, conds, None)]
 
 
-def single_process(test, sizes=()):
+def single_process(test, sizes=(), flags=()):
     """Which part of ``if test:`` runs only when there is one process: ``"body"`` for ``not
     dist.is_initialized()``, ``world_size == 1``, ``get_world_size() < 2``, ``not
     args.distributed``; ``"orelse"`` for their opposites; None otherwise. ``sizes``: local
-    names that hold the number of processes (:func:`world_locals`: ``ws > 1``)."""
+    names that hold the number of processes (:func:`world_locals`: ``ws > 1``); ``flags``:
+    dotted names (tuples) of flags true only with several processes (:func:`distributed_flags`)."""
     neg = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
     inner = test.operand if neg else test
+    if flags and isinstance(inner, (ast.Name, ast.Attribute)) and tuple(dotted(inner) or ()) in flags:
+        return "body" if neg else "orelse"
     if _is_dist_flag(inner):
         return "body" if neg else "orelse"
     if isinstance(inner, ast.BoolOp) and not neg:
@@ -1962,6 +2034,54 @@ def single_process(test, sizes=()):
         if (isinstance(op, (ast.NotEq, ast.Gt)) and v == 1) or (isinstance(op, ast.GtE) and v == 2):
             return "orelse"
     return None
+
+
+def distributed_flags(mod, cls):
+    """The ``self`` flags of class ``cls`` of module ``mod`` that are true only when there are
+    several processes, as dotted tuples (``("self", "use_mpi")``): every assignment in the
+    class's methods is ``False``/``None``, ``True`` on the side of a test that runs with other
+    ranks (``if self.mpi_size > 1: self.use_mpi = True``: :func:`single_process`), or such a
+    test's value (``self.parallel = comm.size > 1``). Where such a flag is false there is one
+    process (ultranest's ``if self.use_mpi: n = comm.bcast(n)``)."""
+    got = mod.flag_cache.get(cls)
+    if got is None:
+        ok, trues = {}, set()
+        for ff in mod.funcs.values():
+            if ff.cls == cls and ff.node is not None and ff.node is not mod.tree:
+                _flag_assigns(ff.node.body, False, ok, trues)
+        got = mod.flag_cache[cls] = frozenset(("self", a) for a in trues if ok.get(a))
+    return got
+
+
+def _flag_assigns(stmts, multi, ok, trues):
+    """Record in ``ok`` (attr -> every assignment fits) and ``trues`` (attrs set true) the
+    ``self`` attribute assignments of ``stmts``; ``multi``: they run only with other ranks."""
+    for st in stmts:
+        if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        if isinstance(st, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = st.targets if isinstance(st, ast.Assign) else [st.target]
+            for t in targets:
+                for x in ast.walk(t):
+                    if not (isinstance(x, ast.Attribute) and isinstance(x.value, ast.Name) and x.value.id == "self"):
+                        continue
+                    v = st.value if x is t and not isinstance(st, ast.AugAssign) else None
+                    fits = v is not None and (
+                        (isinstance(v, ast.Constant) and v.value in (False, None)) or
+                        (isinstance(v, ast.Constant) and v.value is True and multi) or
+                        single_process(v) == "orelse")
+                    ok[x.attr] = ok.get(x.attr, True) and fits
+                    if fits and not (isinstance(v, ast.Constant) and v.value in (False, None)):
+                        trues.add(x.attr)
+        if isinstance(st, ast.If):
+            side = single_process(st.test)
+            _flag_assigns(st.body, multi or side == "orelse", ok, trues)
+            _flag_assigns(st.orelse, multi or side == "body", ok, trues)
+            continue
+        for f in ("body", "orelse", "finalbody"):
+            _flag_assigns(getattr(st, f, None) or [], multi, ok, trues)
+        for h in getattr(st, "handlers", None) or ():
+            _flag_assigns(h.body, multi, ok, trues)
 
 
 def world_locals(fn):

@@ -2876,6 +2876,76 @@ def check(collection, rank):
 """)
 
 
+#: ultranest's sampler: `self.use_mpi` is set true only when the communicator has several
+#: processes, so where it is false there is one process
+MPI_FLAG = """
+from mpi4py import MPI
+
+
+class Sampler:
+    def __init__(self, store):
+        self.use_mpi = False
+        self.store = store
+        try:
+            self.comm = MPI.COMM_WORLD
+            self.mpi_size = self.comm.Get_size()
+            self.mpi_rank = self.comm.Get_rank()
+            if self.mpi_size > 1:
+                self.use_mpi = True
+        except Exception:
+            self.mpi_size = 1
+            self.mpi_rank = 0
+
+    def step(self, x):
+        if self.mpi_rank == 0:
+            n = self.store.count()
+        else:
+            n = -1
+        if self.use_mpi:
+            n = self.comm.bcast(n, root=0)
+        if n > 0:  # BRANCH
+            self.comm.gather(x, root=0)  # HERE
+"""
+
+
+def test_a_flag_true_only_with_several_processes_marks_a_single_process_side(tmp_path):
+    silent(tmp_path, MPI_FLAG)
+    # a flag the user sets, not the communicator's size: no longer known to mean several ranks
+    src = textwrap.dedent(MPI_FLAG).replace("            if self.mpi_size > 1:\n                self.use_mpi = True\n",
+                                            "            self.use_mpi = store.parallel\n")
+    assert [c for c, _, _ in _severities(tmp_path, src)] == ["HK101"]
+
+
+def test_a_local_built_only_from_gathered_values_is_shared(tmp_path):
+    # the pool starts empty on every rank and is refilled from a broadcast of everyone's
+    # samples (named like per-rank data, and shared)
+    silent(tmp_path, GATHERED_POOL)
+    # without the broadcast only the root holds everyone's samples
+    src = textwrap.dedent(GATHERED_POOL).replace("            parts = comm.bcast(parts, root=0)\n", "")
+    assert {c for c, _, _ in _severities(tmp_path, src)} == {"HK205"}
+
+
+GATHERED_POOL = """
+import numpy as np
+from mpi4py import MPI
+
+comm = MPI.COMM_WORLD
+
+
+def explore(region, ndraw):
+    ib, samples = 0, []
+    while True:
+        while ib >= len(samples):
+            ib = 0
+            parts = comm.gather(region.sample(ndraw), root=0)
+            parts = comm.bcast(parts, root=0)
+            samples = np.concatenate(parts)
+        if samples[ib] > 0:
+            return samples[ib]
+        ib += 1
+"""
+
+
 #: the flagged counterparts of this round's rules (heat, pySDC: look-alikes p29-p34), by rule
 STILL_REPORTED = {("%s: %s" % (group, name)): case for group, cases in (
     ("guarded collective (p29)", GUARDED_REACHED), ("assigned parameter (p29)", ASSIGNED_BEFORE_TEST),
