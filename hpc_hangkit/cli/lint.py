@@ -31,13 +31,15 @@ def lint_cmd(paths, fmt, select, ignore, exclude, jobs, config_path):
     `# hangkit: ignore[HK101]` (codes or prefixes: HK1) on the collective's or
     the branch's line; a malformed comment silences nothing and is warned of.
     Settings: [tool.hpc-hangkit.lint] select/ignore/exclude/collectives/rank_sources in
-    pyproject.toml; options given here replace select/ignore, add to exclude.
+    pyproject.toml; --select or --ignore given here replaces both of the file's select and
+    ignore; --exclude adds to its exclude.
 
     \b
     Exit status:
       0  nothing found, every file checked
       1  at least one finding, or a file that could not be parsed (named on stderr)
-      2  bad usage: unknown option, missing path, bad [tool.hpc-hangkit.lint]
+      2  bad usage: unknown option, missing path, no Python file to check, bad
+         [tool.hpc-hangkit.lint]
     """
     from hpc_hangkit.lint import lint_paths
     from hpc_hangkit.lint.config import find_pyproject, load_config
@@ -51,15 +53,23 @@ def lint_cmd(paths, fmt, select, ignore, exclude, jobs, config_path):
             cfg = load_config(pp)
         except (ValueError, OSError) as e:
             raise click.UsageError(str(e))
-    sel = _codes(select) if select is not None else cfg.get("select")
-    ign = _codes(ignore) if ignore is not None else cfg.get("ignore")
+    if select is not None or ignore is not None:
+        # the command line's choice of codes is the whole choice: a code it selects is not
+        # silently taken away again by the file's `ignore`
+        sel, ign, where = _codes(select) or None, _codes(ignore) or None, "the command line"
+    else:
+        sel, ign, where = cfg.get("select"), cfg.get("ignore"), pp
     for code in (sel or []) + (ign or []):
         if not any(c.startswith(code) for c in RULES):
-            raise click.UsageError("unknown rule code %r (known: %s)" % (code, ", ".join(sorted(RULES))))
+            raise click.UsageError("unknown rule code %r in %s (known: %s)" % (code, where, ", ".join(sorted(RULES))))
     result = lint_paths(list(paths) or ["."], select=sel, ignore=ign,
                         exclude=list(cfg.get("exclude", [])) + list(exclude),
                         collectives=cfg.get("collectives", []), rank_sources=cfg.get("rank_sources", []),
                         jobs=jobs)
+    if result.files == 0 and not result.errors:
+        # a gate pointed at the wrong folder must not pass: nothing was read
+        raise click.UsageError("no Python file to check under %s%s" % (
+            ", ".join(paths) or ".", " (after exclude)" if cfg.get("exclude") or exclude else ""))
     render = {"text": render_text, "json": render_json, "sarif": render_sarif}[fmt]
     sys.stdout.write(render(result))
     if fmt != "text":

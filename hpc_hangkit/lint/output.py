@@ -35,10 +35,10 @@ def render_text(result):
         n = sum(1 for f in result.findings if f.severity == level)
         if n:
             levels.append("%d %s%s" % (n, level, "" if n == 1 else "s"))
-    out.append("%d finding%s%s in %d file%s (%d lines)" % (
+    out.append("%d finding%s%s in %d file%s (%d line%s)" % (
         len(result.findings), "" if len(result.findings) == 1 else "s",
         " (%s)" % ", ".join(levels) if levels else "", result.files,
-        "" if result.files == 1 else "s", result.lines))
+        "" if result.files == 1 else "s", result.lines, "" if result.lines == 1 else "s"))
     return "\n".join(out) + "\n"
 
 

@@ -119,6 +119,11 @@ def test_select_ignore_and_pyproject(tmp_path):
     (tmp_path / "pyproject.toml").write_text(
         '[tool.hpc-hangkit.lint]\nignore = ["HK2"]\ncollectives = ["my_sync"]\nexclude = ["vendored/*"]\n')
     assert codes(lint(".", cwd=str(tmp_path))) == ["HK101", "HK101"]
+    # the command line's codes are the whole choice: the file's ignore does not take HK2 away
+    assert codes(lint("--select", "HK2", ".", cwd=str(tmp_path))) == ["HK201"]
+    (tmp_path / "pyproject.toml").write_text('[tool.hpc-hangkit.lint]\nignore = ["HK150"]\n')
+    r = lint(".", cwd=str(tmp_path))
+    assert r.returncode == 2 and "unknown rule code 'HK150' in " in r.stderr and "pyproject.toml" in r.stderr
     (tmp_path / "pyproject.toml").write_text('[tool.hpc-hangkit.lint]\nignores = ["HK2"]\n')
     r = lint(".", cwd=str(tmp_path))
     assert r.returncode == 2 and "unknown key 'ignores'" in r.stderr
@@ -343,3 +348,15 @@ def test_an_unknown_table_of_ours_in_pyproject_is_refused(tmp_path):
     (tmp_path / "pyproject.toml").write_text('[tool.hpc-hangkit.linter]\nignore = ["HK1"]\n')
     r = lint(str(tmp_path), cwd=str(tmp_path))
     assert r.returncode == 2 and "unknown table [tool.hpc-hangkit.linter]" in r.stderr
+
+
+def test_a_path_with_no_python_file_is_bad_usage(tmp_path):
+    # a gate pointed at the wrong folder must not pass without reading anything
+    (tmp_path / "empty").mkdir()
+    r = lint(str(tmp_path / "empty"))
+    assert r.returncode == 2 and "no Python file to check" in r.stderr
+    (tmp_path / "empty" / "prog.py").write_text(WRONG)
+    r = lint("--exclude", "prog.py", str(tmp_path / "empty"))
+    assert r.returncode == 2 and "(after exclude)" in r.stderr
+    (tmp_path / "one.py").write_text("x = 1\n")
+    assert lint(str(tmp_path / "one.py")).stdout == "0 findings in 1 file (1 line)\n"
