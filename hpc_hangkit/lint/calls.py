@@ -1075,6 +1075,10 @@ class Project:
         not known (not a tree function, or no ``ret_none``)."""
         ref = call_ref(mod, cls, "<module>", call)
         ff = self.resolve(ref)
+        if ff is not None and ff.ret_none is None and not ff.ret_level:
+            # what it returns is not rank-dependent by itself: nor is whether it is None, beyond
+            # the arguments its return values are computed from
+            return 0, list(self.returning_args(mod, cls, call) or ())
         if ff is None or ff.ret_none is None:
             return None
         bound = 1 if ff.cls and ff.params and ff.params[0] in ("self", "cls") and ref[0] != "cls" else 0
@@ -1297,12 +1301,16 @@ def _stable(test, assigned):
 
 def _set_before(stmts, name, assigned):
     """True when the statements ``stmts`` (a block, up to a read of ``name``) end with ``name``
-    set to a never-None value on every path that reaches their end: an ``if``/``else`` whose
+    set to a never-None value on every path that reaches their end: a plain assignment of one
+    (``state = {...}``), an ``if``/``else`` whose
     branches both set it (:func:`_sets_first`), or two ``if`` statements with complementary
     stable tests (``if get_rank() == 0: x = S(p)`` ... ``if get_rank() != 0: x = S(p)``), and
     nothing assigns it after."""
     for i in range(len(stmts) - 1, -1, -1):
         st = stmts[i]
+        if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name) and \
+                st.targets[0].id == name:
+            return _never_none(st.value)  # the last plain assignment on the way: its value decides
         if isinstance(st, ast.If) and _sets_first(st.body, name):
             if st.orelse and _sets_first(st.orelse, name):
                 return True
@@ -1343,12 +1351,22 @@ def _none_level(fn, taint, params, nodes):
                     continue
                 tests.extend(ifs)
                 v = st.value
-                if v is None or (isinstance(v, ast.Constant) and v.value is None) or _never_none(v):
-                    continue
-                if isinstance(v, ast.Name) and v.id not in params and _set_before(stmts[:i], v.id, taint.assigned):
-                    continue
-                values.append(v)
-                lv = max(lv, taint.level_at(v, st.lineno))
+                # `state if rank == 0 else {}`: each side on its own; the test only when the
+                # sides differ in None-ness
+                arms = [v.body, v.orelse] if isinstance(v, ast.IfExp) else [v]
+                fixed = []
+                for arm in arms:
+                    if arm is None or (isinstance(arm, ast.Constant) and arm.value is None):
+                        fixed.append("none")
+                    elif _never_none(arm) or (isinstance(arm, ast.Name) and arm.id not in params and
+                                              _set_before(stmts[:i], arm.id, taint.assigned)):
+                        fixed.append("value")
+                    else:
+                        fixed.append(None)
+                        values.append(arm)
+                        lv = max(lv, taint.level_at(arm, st.lineno))
+                if len(arms) == 2 and fixed[0] != fixed[1]:
+                    tests.append(v.test)
                 continue
             if isinstance(st, ast.If):
                 stack.append((st.body, ifs + (st.test,)))

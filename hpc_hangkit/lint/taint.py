@@ -547,10 +547,11 @@ class Taint:
                 if name in _names(target):
                     return None
                 continue
-            if part is not None or not isinstance(value, ast.Call):
+            if part is None and isinstance(value, ast.Constant):
+                pass  # `x = None` first, a constant: only where it is assigned counts
+            elif part is not None or not isinstance(value, ast.Call):
                 return None
-            d = dotted(value.func)
-            if not d or not d[-1][:1].isupper():
+            elif not (dotted(value.func) or [""])[-1][:1].isupper():
                 # a tree function whose None-ness is known: that level, with the arguments
                 # that decide it (never above the value's own level)
                 got = self.project.none_level(self.mod, self.cls, value) if self.project is not None else None

@@ -2946,6 +2946,40 @@ def explore(region, ndraw):
 """
 
 
+#: axolotl's save path: a helper's value depends on the rank (a dict or `{}`), whether it is
+#: None does not (rank 0 keeps the state, the others an empty dict)
+NONE_BY_RANK = """
+import torch.distributed as dist
+
+
+def full_model_state(model):
+    values = dict(model.state_dict())
+    state = {name: value.cpu() for name, value in values.items()}
+    return state if dist.get_rank() == 0 else {}
+
+
+def gathered_state(model, collect_on_this_rank):
+    dist.barrier()
+    return dict(model.state_dict()) if collect_on_this_rank else {}
+
+
+def save(model, should_save, needs_full):
+    state_dict = None
+    if needs_full:
+        state_dict = full_model_state(model)
+    if state_dict is None:  # BRANCH
+        state_dict = gathered_state(model, collect_on_this_rank=should_save)  # HERE
+    return state_dict
+"""
+
+
+def test_whether_a_helpers_value_is_none_is_read_apart_from_the_value(tmp_path):
+    silent(tmp_path, NONE_BY_RANK)
+    # the helper returns None on the other ranks: they take the branch alone
+    expect(tmp_path, NONE_BY_RANK.replace("return state if dist.get_rank() == 0 else {}",
+                                          "return state if dist.get_rank() == 0 else None"), "HK101")
+
+
 #: the flagged counterparts of this round's rules (heat, pySDC: look-alikes p29-p34), by rule
 STILL_REPORTED = {("%s: %s" % (group, name)): case for group, cases in (
     ("guarded collective (p29)", GUARDED_REACHED), ("assigned parameter (p29)", ASSIGNED_BEFORE_TEST),
