@@ -21,7 +21,8 @@ __all__ = ["COLLECTIVE_MODULES", "DISTINCT", "GENERIC", "COMMISH", "P2P_SEND", "
            "GROUP_CREATE", "ABORTS", "EXITS", "RANK_CALLS", "RANK_NAMES", "RANK_ENV",
            "LOCAL_CALLS", "LOCAL_METHODS", "DATAISH", "MARK_DECORATORS", "MEMBERSHIP", "EXTRA_PLAIN", "extend",
            "snapshot", "restore", "classify_call", "RANK_CALL_RE", "RANK_ATTR_RE", "LOCAL_DATA_METHODS",
-           "LOCAL_DATA_CALLS", "DISPLAY_KEYWORDS", "is_display_keyword", "extend_rank_sources", "is_rank_call", "is_configured",
+           "LOCAL_DATA_CALLS", "DISPLAY_KEYWORDS", "is_display_keyword", "extend_rank_sources", "is_rank_call",
+           "is_configured",
            "configured_method", "LIBRARY_METHODS", "SYNC_LOG_METHODS", "WRAPPER_CLASSES", "is_rank_attr", "commish"]
 
 #: qualified-name prefixes whose functions named in DISTINCT or GENERIC are collectives
@@ -138,8 +139,8 @@ DISPLAY_KEYWORDS = {"disable", "desc", "position", "leave", "ncols", "nrows", "d
                     "device", "device_ids", "output_device", "map_location", "dtype", "non_blocking"}
 #: keyword arguments named for where logs go (`tensorboard_logdir=`, `wandb_project=`,
 #: `azureml_logging=`: fairseq's progress bar gets them on the master only): display too
-_LOG_KEYWORD = re.compile(r"(^|_)(log|logs|logdir|logging|logger|tensorboard|wandb|mlflow|azureml|aim|comet|clearml)(_|$)",
-                          re.I)
+_LOG_KEYWORD = re.compile(
+    r"(^|_)(log|logs|logdir|logging|logger|tensorboard|wandb|mlflow|azureml|aim|comet|clearml)(_|$)", re.I)
 
 
 def is_display_keyword(name):

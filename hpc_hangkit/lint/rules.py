@@ -671,8 +671,9 @@ class _Walker:
         """The ways through ``stmts``, as a set of ``(collectives, how it ends, decisions)``:
         the names of the collectives reached, in order (a loop, ``try`` or ``match`` that
         reaches one or leaves the function counts as one element, itself); "return",
-        "raise@LINE", "exit", "continue", "break" or ``end`` for a way that runs off the end; the sides
-        taken of the ``if`` tests on the way whose sides differ, as ``(id of the test, bool)``.
+        "raise@LINE", "exit", "continue", "break" or ``end`` for a way that runs off the end;
+        the sides taken of the ``if`` tests on the way whose sides differ, as ``(id of the
+        test, bool)``.
         None for more than :data:`_MAX_WAYS` ways. ``path``: the rank tests around
         (:attr:`rank_path`): a test they decide takes only its decided side."""
         got = self._ways(stmts, path)

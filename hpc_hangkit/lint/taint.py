@@ -643,9 +643,10 @@ class Taint:
         empty literal, or a slice or combining call (``np.concatenate(parts)``, ``list(x)``) of
         locals whose every assignment reaching ``line`` is an agreeing collective's value
         (``parts = comm.bcast(parts)`` after ``parts = comm.gather(...)``) or such a value."""
-        if isinstance(value, ast.Constant) or (isinstance(value, (ast.List, ast.Tuple, ast.Set, ast.Dict))
-                                                and not any(isinstance(x, ast.expr) for x in ast.iter_child_nodes(value))):
+        if isinstance(value, ast.Constant):
             return True
+        if isinstance(value, (ast.List, ast.Tuple, ast.Set, ast.Dict)):
+            return not any(isinstance(x, ast.expr) for x in ast.iter_child_nodes(value))  # empty
         if depth > 3:
             return False
         if isinstance(value, ast.Call):
