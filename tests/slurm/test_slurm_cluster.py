@@ -679,9 +679,13 @@ def test_interactive_srun_in_salloc_observe_reports_and_the_step_keeps_running(t
 RAS_JOB = """#!/bin/bash
 #SBATCH -N1 -w hk1 -t 2 -o %(work)s/out-%%j.txt
 echo "RAS $NCCL_RAS_ADDR"
-# this job's "NCCL processes": the RAS stand-in, listening where the job environment says
+# this job's "NCCL processes": the RAS stand-in, listening where the job environment says;
+# ended by the job itself (a background process can outlive its batch script's step)
 %(py)s -I %(listener)s %(poll)s &
+listener=$!
 sleep 15
+kill $listener 2>/dev/null || true
+wait $listener 2>/dev/null || true
 """
 
 
