@@ -775,15 +775,11 @@ class _Walker:
                 kinds.add("continue" if isinstance(n, ast.Continue) else "break")
             elif isinstance(n, ast.Call):
                 parts = dotted(n.func)
-                if parts:
-                    q = qualify(self.mod, parts) or ".".join(parts)
-                    if q in C.EXITS:
-                        kinds.add("exit")
-                    if parts[-1] in C.ABORTS:
-                        abort = True
-                callee = self.project.callee(self.mod, self.ff.cls, self.ff.qualname, n)
-                if callee is not None and callee.noreturn:
+                if parts and parts[-1] in C.ABORTS:
+                    abort = True
+                if self._ends_process(n):
                     kinds.add("exit")
+                callee = self.project.callee(self.mod, self.ff.cls, self.ff.qualname, n)
                 if callee is not None and callee.raises and not in_try and id(n) in self._stmt_calls(stmts):
                     kinds.add("raise")  # a helper the branch calls as a statement raises: the branch does
             if isinstance(n, _LOOPS):
