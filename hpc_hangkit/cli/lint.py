@@ -15,6 +15,9 @@ def _codes(value):
               help="Output format (sarif: SARIF 2.1.0 for code-scanning UIs).")
 @click.option("--select", default=None, metavar="CODES", help="Only these codes or prefixes, comma-separated (HK1,HK201).")
 @click.option("--ignore", default=None, metavar="CODES", help="Leave out these codes or prefixes, comma-separated.")
+@click.option("--level", type=click.Choice(["error", "warning", "note"]), default=None,
+              help="The least certain level reported (default: warning, or the file's `level`). note adds "
+              "the findings whose rank test is relative to a process group (docs/lint.md, Severity).")
 @click.option("--exclude", multiple=True, metavar="GLOB", help="Skip files or directories matching GLOB (repeatable).")
 @click.option("--jobs", type=click.IntRange(min=1), default=None, metavar="N",
               help="Worker processes for parsing and checking files (default: the usable cores when there "
@@ -22,7 +25,7 @@ def _codes(value):
 @click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False), default=None,
               help="pyproject.toml to read [tool.hpc-hangkit.lint] from (default: the nearest one above the "
               "current directory).")
-def lint_cmd(paths, fmt, select, ignore, exclude, jobs, config_path):
+def lint_cmd(paths, fmt, select, ignore, level, exclude, jobs, config_path):
     """Find collectives that only some ranks reach, in Python sources (default PATH: .).
 
     \b
@@ -30,14 +33,17 @@ def lint_cmd(paths, fmt, select, ignore, exclude, jobs, config_path):
     HK201-HK203, HK205 it is rank-local. Silence one line with
     `# hangkit: ignore[HK101]` (codes or prefixes: HK1) on the collective's or
     the branch's line; a malformed comment silences nothing and is warned of.
-    Settings: [tool.hpc-hangkit.lint] select/ignore/exclude/collectives/rank_sources in
+    Levels: error (the deciding line names the rank), warning (rank-local data,
+    or a rank dependence inferred through attributes and callers), note (a rank
+    test relative to a process group; not reported unless asked for: --level note).
+    Settings: [tool.hpc-hangkit.lint] select/ignore/exclude/collectives/rank_sources/level in
     pyproject.toml; --select or --ignore given here replaces both of the file's select and
-    ignore; --exclude adds to its exclude.
+    ignore; --exclude adds to its exclude; --level replaces its level.
 
     \b
     Exit status:
-      0  nothing found, every file checked
-      1  at least one finding, or a file that could not be parsed (named on stderr)
+      0  nothing found at the levels reported, every file checked
+      1  at least one finding reported, or a file that could not be parsed (named on stderr)
       2  bad usage: unknown option, missing path, no Python file to check, bad
          [tool.hpc-hangkit.lint]
     """
@@ -65,7 +71,7 @@ def lint_cmd(paths, fmt, select, ignore, exclude, jobs, config_path):
     result = lint_paths(list(paths) or ["."], select=sel, ignore=ign,
                         exclude=list(cfg.get("exclude", [])) + list(exclude),
                         collectives=cfg.get("collectives", []), rank_sources=cfg.get("rank_sources", []),
-                        jobs=jobs)
+                        jobs=jobs, level=level or cfg.get("level", "warning"))
     if result.files == 0 and not result.errors:
         # a gate pointed at the wrong folder must not pass: nothing was read
         raise click.UsageError("no Python file to check under %s%s" % (

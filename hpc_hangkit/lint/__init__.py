@@ -13,17 +13,20 @@ class LintResult:
     """``findings`` (sorted :class:`~hpc_hangkit.lint.rules.Finding`), ``errors`` (list of
     ``(path, message)`` for files that could not be read or parsed), ``warnings`` (list of
     ``(path, line, message)``: ``# hangkit:`` comments that silence nothing or name no rule),
-    ``files`` (number of files scanned), ``lines`` (their total lines)."""
+    ``files`` (number of files scanned), ``lines`` (their total lines), ``below`` (``{level:
+    count}`` of the findings left out for being below the level asked for)."""
 
     def __init__(self):
         self.findings = []
+        self.below = {}
         self.errors = []
         self.warnings = []
         self.files = 0
         self.lines = 0
 
 
-def lint_paths(paths, *, select=None, ignore=None, exclude=(), collectives=(), rank_sources=(), jobs=None):
+def lint_paths(paths, *, select=None, ignore=None, exclude=(), collectives=(), rank_sources=(), jobs=None,
+               level="warning"):
     """Lint every ``*.py`` under ``paths`` (files or directories).
 
     ``select``/``ignore``: iterables of codes or code prefixes (``"HK1"``); ``exclude``:
@@ -33,13 +36,20 @@ def lint_paths(paths, *, select=None, ignore=None, exclude=(), collectives=(), r
     :func:`hpc_hangkit.lint.collectives.extend_rank_sources`); ``jobs``: worker processes for
     the per-file phases (parsing and indexing each file, checking each module that reaches a
     collective); None: the usable cores, and one process for fewer than
-    :data:`PARALLEL_MIN_FILES` files. The result does not depend on ``jobs``.
-    Returns a :class:`LintResult`. Raises ``FileNotFoundError`` for a path that does not exist.
+    :data:`PARALLEL_MIN_FILES` files. The result does not depend on ``jobs``. ``level``: the
+    least certain level reported (:data:`hpc_hangkit.lint.rules.LEVELS`: ``"error"``,
+    ``"warning"``, ``"note"``); the findings below it are only counted (``LintResult.below``).
+    Returns a :class:`LintResult`. Raises ``FileNotFoundError`` for a path that does not exist,
+    ``ValueError`` for an unknown level.
     """
     import gc
 
     from hpc_hangkit.lint import collectives as C
     from hpc_hangkit.lint.calls import set_tree_names
+    from hpc_hangkit.lint.rules import LEVELS
+
+    if level not in LEVELS:
+        raise ValueError("unknown level %r (known: %s)" % (level, ", ".join(LEVELS)))
 
     saved = C.snapshot()
     C.extend(collectives)
@@ -50,7 +60,7 @@ def lint_paths(paths, *, select=None, ignore=None, exclude=(), collectives=(), r
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return _lint(paths, select, ignore, exclude, jobs)
+        return _lint(paths, select, ignore, exclude, jobs, LEVELS[:LEVELS.index(level) + 1])
     finally:
         if collecting:
             gc.enable()
@@ -146,7 +156,7 @@ def _comment_warnings(mod, out):
                             % (c, c, ", ".join(sorted(RULES)))))
 
 
-def _lint(paths, select, ignore, exclude, jobs):
+def _lint(paths, select, ignore, exclude, jobs, levels):
     global _PROJECT
     from hpc_hangkit.lint.calls import Project, set_tree_names
     from hpc_hangkit.lint.files import iter_files
@@ -186,4 +196,8 @@ def _lint(paths, select, ignore, exclude, jobs):
             return False
         return not (ignore and any(code.startswith(s) for s in ignore))
     res.findings = [f for f in res.findings if wanted(f.code)]
+    for f in res.findings:
+        if f.severity not in levels:
+            res.below[f.severity] = res.below.get(f.severity, 0) + 1
+    res.findings = [f for f in res.findings if f.severity in levels]
     return res

@@ -2,13 +2,14 @@
 
 Keys: ``select``, ``ignore`` (lists of codes or prefixes), ``exclude`` (glob patterns),
 ``collectives`` (extra collective names: ``"pkg.mod.func"``, ``"Class.method"`` or a method name),
-``rank_sources`` (extra names of calls or attributes whose value is the rank: ``"should_save"``).
+``rank_sources`` (extra names of calls or attributes whose value is the rank: ``"should_save"``),
+``level`` (a string: the least certain level reported, ``"error"``, ``"warning"`` or ``"note"``).
 """
 import os
 
 __all__ = ["KEYS", "find_pyproject", "load_config"]
 
-KEYS = ("select", "ignore", "exclude", "collectives", "rank_sources")
+KEYS = ("select", "ignore", "exclude", "collectives", "rank_sources", "level")
 
 
 def find_pyproject(start):
@@ -25,9 +26,9 @@ def find_pyproject(start):
 
 
 def load_config(path):
-    """The ``[tool.hpc-hangkit.lint]`` table of pyproject file ``path`` as a dict of lists
-    (``{}`` when absent). Raises ``ValueError`` naming the file and key for bad TOML, an
-    unknown key, or a value that is not a list of strings."""
+    """The ``[tool.hpc-hangkit.lint]`` table of pyproject file ``path`` as a dict of lists, and
+    ``level`` as a string (``{}`` when absent). Raises ``ValueError`` naming the file and key for
+    bad TOML, an unknown key, a value that is not a list of strings, or an unknown level."""
     try:
         import tomllib
     except ImportError:  # Python < 3.11
@@ -49,7 +50,12 @@ def load_config(path):
     for k, v in table.items():
         if k not in KEYS:
             raise ValueError("%s: [tool.hpc-hangkit.lint] unknown key %r (known: %s)" % (path, k, ", ".join(KEYS)))
-        if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+        if k == "level":
+            from hpc_hangkit.lint.rules import LEVELS
+            if v not in LEVELS:
+                raise ValueError("%s: [tool.hpc-hangkit.lint] level must be one of %s, not %r"
+                                 % (path, ", ".join('"%s"' % x for x in LEVELS), v))
+        elif not isinstance(v, list) or not all(isinstance(x, str) for x in v):
             raise ValueError("%s: [tool.hpc-hangkit.lint] %s must be a list of strings" % (path, k))
         out[k] = v
     return out

@@ -3,7 +3,7 @@ import json
 import os
 
 from hpc_hangkit import __version__
-from hpc_hangkit.lint.rules import RULES, severity_of
+from hpc_hangkit.lint.rules import LEVELS, RULES, severity_of
 
 __all__ = ["render_text", "render_json", "render_sarif"]
 
@@ -17,7 +17,7 @@ def render_text(result):
     helper that reaches it); for one reached through helpers a second line at the collective's
     own ``path:line:col`` saying where it is reached from (so that an editor lands on both);
     then a count line (findings, not lines, and how many are at each level: the level of each
-    is in JSON and SARIF)."""
+    is in JSON and SARIF; and how many were left out below the level asked for)."""
     out = []
     for f in result.findings:
         out.append("%s:%d:%d: %s %s" % (f.path, f.line, f.col, f.code, f.message))
@@ -31,24 +31,29 @@ def render_text(result):
     for path, msg in result.errors:
         out.append("%s: cannot check: %s" % (path, msg))
     levels = []
-    for level in ("error", "warning"):
+    for level in LEVELS:
         n = sum(1 for f in result.findings if f.severity == level)
         if n:
             levels.append("%d %s%s" % (n, level, "" if n == 1 else "s"))
-    out.append("%d finding%s%s in %d file%s (%d line%s)" % (
+    below = ", ".join("%d %s%s" % (n, lv, "" if n == 1 else "s")
+                      for lv, n in sorted(result.below.items(), key=lambda kv: LEVELS.index(kv[0])))
+    out.append("%d finding%s%s in %d file%s (%d line%s)%s" % (
         len(result.findings), "" if len(result.findings) == 1 else "s",
         " (%s)" % ", ".join(levels) if levels else "", result.files,
-        "" if result.files == 1 else "s", result.lines, "" if result.lines == 1 else "s"))
+        "" if result.files == 1 else "s", result.lines, "" if result.lines == 1 else "s",
+        "; not shown: %s (--level %s)" % (below, LEVELS[-1]) if below else ""))
     return "\n".join(out) + "\n"
 
 
 def render_json(result):
     """``{"findings": [...], "errors": [{"path", "message"}], "warnings": [{"path", "line",
-    "message"}], "files", "lines"}`` (findings as :meth:`hpc_hangkit.lint.rules.Finding.to_dict`)."""
+    "message"}], "files", "lines", "below": {level: count}}`` (findings as
+    :meth:`hpc_hangkit.lint.rules.Finding.to_dict`; ``below``: the findings left out for being
+    below the level asked for)."""
     return json.dumps({"findings": [f.to_dict() for f in result.findings],
                        "errors": [{"path": p, "message": m} for p, m in result.errors],
                        "warnings": [{"path": p, "line": n, "message": m} for p, n, m in result.warnings],
-                       "files": result.files, "lines": result.lines}, indent=2) + "\n"
+                       "files": result.files, "lines": result.lines, "below": result.below}, indent=2) + "\n"
 
 
 def _escape(text):

@@ -360,3 +360,58 @@ def test_a_path_with_no_python_file_is_bad_usage(tmp_path):
     assert r.returncode == 2 and "(after exclude)" in r.stderr
     (tmp_path / "one.py").write_text("x = 1\n")
     assert lint(str(tmp_path / "one.py")).stdout == "0 findings in 1 file (1 line)\n"
+
+
+#: a rank-local check (warning), a process-wide rank test (error), and a place on one axis of
+#: a layout tested before a broadcast on another axis's group (note: which ranks the group
+#: holds decides it, and the lint cannot see that)
+LEVELS = WRONG + """
+import os
+from colossalai.context import ParallelMode
+from colossalai.core import global_context as gpc
+
+def resume(p, t):
+    if os.path.exists(p):
+        dist.broadcast(t, 0)
+
+def load_weight(weight, src):
+    if gpc.get_local_rank(ParallelMode.PARALLEL_2D_COL) == 0:
+        dist.broadcast(weight, src=src, group=gpc.get_group(ParallelMode.PARALLEL_2D_ROW))
+"""
+
+
+def test_level_chooses_the_least_certain_level_reported(tmp_path):
+    (tmp_path / "prog.py").write_text(LEVELS)
+    note_line = line_of(tmp_path / "prog.py", "group=gpc.get_group")
+
+    def found(*args, cwd=None):
+        r = lint("--format", "json", *args, cwd=cwd)
+        doc = json.loads(r.stdout)
+        return r.returncode, sorted((f["code"], f["severity"]) for f in doc["findings"]), doc["below"]
+
+    assert found(str(tmp_path)) == (1, [("HK101", "error"), ("HK201", "warning")], {"note": 1})
+    assert found("--level", "note", str(tmp_path)) == (
+        1, [("HK101", "error"), ("HK101", "note"), ("HK201", "warning")], {})
+    assert found("--level", "error", str(tmp_path)) == (1, [("HK101", "error")], {"warning": 1, "note": 1})
+    # the text count line says what was left out, and how to see it
+    r = lint(str(tmp_path))
+    assert r.stdout.splitlines()[-1] == ("2 findings (1 error, 1 warning) in 1 file (18 lines); "
+                                         "not shown: 1 note (--level note)")
+    # a note alone does not fail the default gate; asked for, it does, and SARIF says `note`
+    (tmp_path / "prog.py").write_text(LEVELS.replace("if dist.get_rank() == 0:", "if True:").replace(
+        "if os.path.exists(p):", "if True:"))
+    assert lint(str(tmp_path)).returncode == 0
+    r = lint("--level", "note", "--format", "sarif", str(tmp_path))
+    assert r.returncode == 1
+    doc = json.loads(r.stdout)
+    with open(SARIF_SCHEMA) as f:
+        jsonschema.Draft4Validator(json.load(f)).validate(doc)
+    (res,) = doc["runs"][0]["results"]
+    assert res["level"] == "note" and res["locations"][0]["physicalLocation"]["region"]["startLine"] == note_line
+    # the file's level, replaced by the command line's; a bad one is refused at once
+    (tmp_path / "pyproject.toml").write_text('[tool.hpc-hangkit.lint]\nlevel = "note"\n')
+    assert lint(".", cwd=str(tmp_path)).returncode == 1
+    assert lint("--level", "warning", ".", cwd=str(tmp_path)).returncode == 0
+    (tmp_path / "pyproject.toml").write_text('[tool.hpc-hangkit.lint]\nlevel = "info"\n')
+    r = lint(".", cwd=str(tmp_path))
+    assert r.returncode == 2 and 'level must be one of "error", "warning", "note", not \'info\'' in r.stderr

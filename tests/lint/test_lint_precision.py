@@ -2423,7 +2423,7 @@ def _severities(tmp_path, src):
     from hpc_hangkit.lint import lint_paths
     p = tmp_path / "prog.py"
     p.write_text(src)
-    res = lint_paths([str(p)])
+    res = lint_paths([str(p)], level="note")
     return [(f.code, f.line, f.severity) for f in res.findings]
 
 
@@ -2512,21 +2512,21 @@ def load(state_dict, model):
 
 #: program -> (its source, the code and level of the finding at `# HERE`)
 SUBGROUP_LEVELS = {
-    "a_helper_on_the_model_parallel_group_under_a_data_parallel_rank": (MODEL_PARALLEL_LOADER, "HK101", "warning"),
+    "a_helper_on_the_model_parallel_group_under_a_data_parallel_rank": (MODEL_PARALLEL_LOADER, "HK101", "note"),
     "a_helper_on_the_model_parallel_group_under_a_tensor_parallel_rank": (MODEL_PARALLEL_LOADER.replace(
         "mpu.get_data_parallel_rank()", "mpu.get_tensor_model_parallel_rank()"), "HK101", "error"),
-    # which ranks are members is the split's business: reported, at warning level
-    "split_communicator_in_the_loop": (SUBGROUP_RUN, "HK105", "warning"),
+    # which ranks are members is the split's business: reported, at note level
+    "split_communicator_in_the_loop": (SUBGROUP_RUN, "HK105", "note"),
     "the_same_loop_on_the_whole_communicator": (
         SUBGROUP_RUN.replace("comm_active.allgather(dt)", "comm.allgather(dt)"), "HK105", "error"),
     "a_communicator_also_assigned_from_elsewhere": (SUBGROUP_RUN.replace(
         "            comm_active = new\n", "            comm_active = new\n        if step:\n"
         "            comm_active = comm\n"), "HK105", "error"),
-    "a_helper_on_the_split_communicator": (TASK_MANAGER, "HK101", "warning"),
+    "a_helper_on_the_split_communicator": (TASK_MANAGER, "HK101", "note"),
     "a_helper_on_the_whole_communicator": (TASK_MANAGER.replace(
         "return self.comm.bcast(None)", "return self.basecomm.bcast(None)"), "HK101", "error"),
     # colossalai's 2D layers: a place on the column axis, a broadcast on the row group
-    "a_place_on_another_axis": (MESH_AXES, "HK101", "warning"),
+    "a_place_on_another_axis": (MESH_AXES, "HK101", "note"),
     "a_place_in_the_collectives_own_group": (MESH_AXES.replace(
         "get_local_rank(ParallelMode.PARALLEL_2D_COL)", "get_local_rank(ParallelMode.PARALLEL_2D_ROW)"),
         "HK101", "error"),
@@ -2544,12 +2544,12 @@ SUBGROUP_LEVELS = {
     "a_named_axis_rank_and_another_group": (MESH_AXES.replace(
         "gpc.get_local_rank(ParallelMode.PARALLEL_2D_COL)", "get_pipeline_model_parallel_rank()").replace(
         "group=gpc.get_group(ParallelMode.PARALLEL_2D_ROW)", "group=get_tensor_model_parallel_group()"),
-        "HK101", "warning"),
+        "HK101", "note"),
 }
 
 
 @pytest.mark.parametrize("name", sorted(SUBGROUP_LEVELS))
-def test_a_collective_on_a_split_communicator_is_reported_at_warning_level(tmp_path, name):
+def test_a_collective_on_a_split_communicator_is_reported_at_note_level(tmp_path, name):
     src, code, level = SUBGROUP_LEVELS[name]
     line = marks(src, "HERE")
     found = _severities(tmp_path, textwrap.dedent(src))

@@ -8,13 +8,13 @@ from hpc_hangkit.lint import lint_paths
 
 
 def lint_tree(tmp_path, files):
-    """Write ``{relpath: source}`` under tmp_path and lint it; findings as
-    ``(file, code, line, related_line)``."""
+    """Write ``{relpath: source}`` under tmp_path and lint it; findings at every level
+    (``note`` included) as ``(file, code, line, related_line)``."""
     for rel, src in files.items():
         p = tmp_path / rel
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(textwrap.dedent(src))
-    res = lint_paths([str(tmp_path)])
+    res = lint_paths([str(tmp_path)], level="note")
     assert res.errors == []
     return [(str(f.path)[len(str(tmp_path)) + 1:], f.code, f.line, f.related_line) for f in res.findings]
 
