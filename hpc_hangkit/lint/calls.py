@@ -14,7 +14,7 @@ import os
 
 from hpc_hangkit.lint import collectives as C
 from hpc_hangkit.lint.model import FUNC_RANKISH, FUNC_SIZE, FuncFacts, defaults_of, dotted, module_name, names_of, nodes_of, functions_of, qualify, walk_local
-from hpc_hangkit.lint.taint import Taint, call_kind, single_process_returns
+from hpc_hangkit.lint.taint import Taint, call_kind, fake_backend, single_process_returns
 from hpc_hangkit.lint.taint import _AGREEING_ARG0, _AGREEING_ARG1, _RETURN_AGREES
 from hpc_hangkit.lint.taint import _is_flag as _flag
 from hpc_hangkit.lint.taint import _EQUAL_COUNT
@@ -232,7 +232,7 @@ class Project:
                         agreed.add(n.args[idx].id)
                     if ff.direct is None or n.lineno < ff.direct_line:
                         ff.direct, ff.direct_line = name, n.lineno
-                else:
+                elif kind is not None or not fake_backend(n):
                     if kind == "p2p":
                         mod.has_p2p = ff.p2p = True
                     ref = call_ref(mod, ff.cls, ff.qualname, n)
@@ -643,7 +643,7 @@ class Project:
         """``(kind, name)`` of ``call`` in ``mod`` as :func:`~hpc_hangkit.lint.taint.call_kind`,
         with the tree's re-exports and the out-of-tree fallback of :meth:`classify_q`."""
         kind, name = call_kind(mod, call)
-        if kind is not None:
+        if kind is not None or fake_backend(call):
             return kind, name
         parts = dotted(call.func)
         q = qualify(mod, parts) if parts else None

@@ -252,6 +252,7 @@ class _Walker:
         self.taint = Taint(ff.node, mod, ff.cls, project, facts=ff)
         self.exits = []
         self.seen = set()
+        self._straights = {}
         #: inside a membership / use_local_synchronization branch: its early exits are by design
         self.members_only = 0
         #: the sides of the enclosing ``if`` tests of fixed values (:func:`_side`) the walk is on
@@ -333,7 +334,11 @@ class _Walker:
         return tuple(out)
 
     def sigs(self, stmts):
-        """``[(what, id of the call)]``: the collectives ``stmts`` reach, in source order."""
+        """``[(what, id of the call)]``: the collectives ``stmts`` reach, in source order; a call
+        of a function of this module that reaches its collectives on every call, in a straight
+        line (:meth:`_straight`), stands for them, one entry each (so that `asyncio.run(serve())`,
+        whose coroutine broadcasts and then waits in a barrier, matches the other side's
+        `bcast` and `Barrier`)."""
         out = []
         for st in stmts:
             if isinstance(st, _DEFS):
@@ -342,9 +347,73 @@ class _Walker:
                 if isinstance(n, ast.Call):
                     w = self.witness(n)
                     if w:
-                        out.append(((n.lineno, n.col_offset), w, id(n)))
+                        seq = None
+                        if self.taint.call_kind(n)[0] != "collective":
+                            callee = self.project.callee(self.mod, self.ff.cls, self.ff.qualname, n)
+                            seq = self._straight(callee) if callee is not None else None
+                        for k, name in enumerate(seq or (w,)):
+                            out.append(((n.lineno, n.col_offset, k), name, id(n)))
         out.sort(key=lambda x: x[0])
         return [(w, i) for _, w, i in out]
+
+    def _straight(self, ff, depth=0):
+        """The names of the collectives function ``ff`` of this module reaches on every call, in
+        order, when each is reached in a straight line: not under a test, in a loop or a ``try``,
+        nor after a ``return`` (``with`` blocks are run once), directly or through functions of
+        this module that are straight themselves; else None (also past three calls deep)."""
+        key = id(ff)
+        if key in self._straights:
+            return self._straights[key]
+        self._straights[key] = None  # a recursive call is not straight
+        out = []
+        ok = ff.module == self.mod.key and ff.node is not None and depth <= 3 and \
+            self._straight_block(ff, ff.node.body, out, depth)
+        self._straights[key] = got = tuple(out) if ok and out else None
+        return got
+
+    def _straight_block(self, ff, stmts, out, depth):
+        for st in stmts:
+            if isinstance(st, _DEFS):
+                continue
+            if isinstance(st, (ast.With, ast.AsyncWith)):
+                heads = [x for item in st.items for x in ast.walk(item.context_expr) if isinstance(x, ast.Call)]
+                if not self._straight_calls(ff, heads, out, depth) or \
+                        not self._straight_block(ff, st.body, out, depth):
+                    return False
+                continue
+            calls = [n for n in ([st] + list(walk_local(st))) if isinstance(n, ast.Call)]
+            if isinstance(st, (ast.If, ast.For, ast.AsyncFor, ast.While, ast.Try, ast.Raise)) or \
+                    type(st).__name__ in ("Match", "TryStar"):
+                if any(self._reaches(ff, n) for n in calls):
+                    return False
+                if isinstance(st, ast.Raise):
+                    return True
+                continue
+            calls.sort(key=lambda n: (n.lineno, n.col_offset))
+            if not self._straight_calls(ff, calls, out, depth):
+                return False
+            if isinstance(st, ast.Return):
+                return True
+        return True
+
+    def _reaches(self, ff, call):
+        if self.project.call_kind(self.mod, call)[0] == "collective":
+            return True
+        callee = self.project.callee(self.mod, ff.cls, ff.qualname, call)
+        return callee is not None and bool(callee.witness)
+
+    def _straight_calls(self, ff, calls, out, depth):
+        for n in calls:
+            if self.project.call_kind(self.mod, n)[0] == "collective":
+                out.append(self.project.call_kind(self.mod, n)[1])
+                continue
+            callee = self.project.callee(self.mod, ff.cls, ff.qualname, n)
+            if callee is not None and callee.witness:
+                seq = self._straight(callee, depth + 1)
+                if seq is None:
+                    return False
+                out.extend(seq)
+        return True
 
     def _emit(self, code, node, what, line, detail, direct=True, note=""):
         if id(node) in self.seen:
@@ -770,6 +839,31 @@ class _Walker:
         callee = self.project.callee(self.mod, self.ff.cls, self.ff.qualname, call)
         return callee is not None and callee.noreturn
 
+    def _through(self, stmts, before):
+        """The early exits that matter after block ``stmts`` (just walked; ``before``: the exits
+        before it): where no path through the block goes on after it, the function-leaving exits
+        made inside it are dropped, for every rank that entered the block leaves it anyway (a
+        raise on a bad rank, then `return`, in a branch the others skip)."""
+        if not stmts or not self._never_falls_through(stmts):
+            return self.exits
+        return [e for e in self.exits if e in before or e.loop is not None]
+
+    def _never_falls_through(self, stmts):
+        """True when no path through block ``stmts`` goes on after it: one of its statements
+        returns, raises, ends the process, or is an ``if`` both of whose sides never fall through
+        (a ``break`` or ``continue`` in it still goes on after the loop)."""
+        for st in stmts:
+            if isinstance(st, (ast.Return, ast.Raise)):
+                return True
+            if isinstance(st, ast.Expr) and isinstance(st.value, ast.Call) and self._ends_process(st.value):
+                return True
+            if isinstance(st, ast.If) and st.orelse and self._never_falls_through(st.body) and \
+                    self._never_falls_through(st.orelse):
+                return True
+            if isinstance(st, (ast.With, ast.AsyncWith)) and self._never_falls_through(st.body):
+                return True
+        return False
+
     # ---------------------------------------------------------------- exits
     def exits_of(self, stmts):
         """``{kind: abort}`` for the early exits a branch takes (kinds: return, raise, continue,
@@ -958,13 +1052,14 @@ class _Walker:
                 self.rank_path = outer_path + (rc + (True,),)
             self.block(st.body, guards + ((ga,) if ga else ()), loops)
             self.members_only -= members
-            after_body = self.exits
+            after_body = self._through(st.body, before)
             self.exits = list(before)
             if side is not None:
                 self.sides = outer + ((side[0], not side[1]),)
             if rc is not None:
                 self.rank_path = outer_path + (rc + (False,),)
             self.block(st.orelse, guards + ((gb,) if gb else ()), loops)
+            self.exits = self._through(st.orelse, before)
             self.rank_path = outer_path
             self.sides = outer
             merged = after_body + [e for e in self.exits if e not in after_body]
@@ -1226,16 +1321,25 @@ def _catches_all(st):
 
 
 def _matched(a, b):
-    """Ids of the collectives of two branches that the other branch matches (same name, in order)."""
-    skip_a, skip_b = set(), set()
+    """Ids of the collectives of two branches that the other branch matches (same name, in order);
+    a call that stands for several collectives is matched when each of them is."""
+    hits_a, hits_b = {}, {}
     pool = {}
     for w, i in b:
         pool.setdefault(w, []).append(i)
     for w, i in a:
         if pool.get(w):
-            skip_a.add(i)
-            skip_b.add(pool[w].pop(0))
-    return frozenset(skip_a), frozenset(skip_b)
+            j = pool[w].pop(0)
+            hits_a[i] = hits_a.get(i, 0) + 1
+            hits_b[j] = hits_b.get(j, 0) + 1
+    return _whole(a, hits_a), _whole(b, hits_b)
+
+
+def _whole(sigs, hits):
+    count = {}
+    for _, i in sigs:
+        count[i] = count.get(i, 0) + 1
+    return frozenset(i for i, n in hits.items() if n == count[i])
 
 
 def check_module(project, mod):

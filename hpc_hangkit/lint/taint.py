@@ -18,7 +18,7 @@ import re
 from hpc_hangkit.lint import collectives as C
 from hpc_hangkit.lint.model import _NOT_CHILD, _params, dotted, nodes_of, qualify, walk_local
 
-__all__ = ["Taint", "call_kind", "mentions_membership", "single_process", "RANK_DEPENDENT", "RANK_LOCAL",
+__all__ = ["Taint", "call_kind", "fake_backend", "mentions_membership", "single_process", "RANK_DEPENDENT", "RANK_LOCAL",
            "CLEAN"]
 
 CLEAN, RANK_LOCAL, RANK_DEPENDENT = 0, 1, 2
@@ -26,6 +26,7 @@ CLEAN, RANK_LOCAL, RANK_DEPENDENT = 0, 1, 2
 _CONSTANT, _NAME, _ATTRIBUTE, _CALL, _SUBSCRIPT, _LAMBDA, _COMPARE, _BOOLOP, _COMPREHENSION, _EXPR = (
     ast.Constant, ast.Name, ast.Attribute, ast.Call, ast.Subscript, ast.Lambda, ast.Compare, ast.BoolOp,
     ast.comprehension, ast.expr)
+_IFEXP = ast.IfExp
 #: expression class -> the fields that can hold a child node (:meth:`Taint.level`)
 _EXPR_FIELDS = {}
 
@@ -55,6 +56,22 @@ _RESIZERS = {"append", "extend", "insert", "pop", "remove", "clear", "update", "
 def _data_name(expr):
     d = dotted(expr)
     return bool(d) and bool(C.DATAISH.search(d[-1]))
+
+
+#: calls that hand on the items of their one argument as they are: a progress bar over them
+#: (``tqdm(xs)``), or a copy (``list(xs)``)
+_ITEMS_AS_THEY_ARE = {"tqdm", "trange", "list", "tuple", "iter"}
+
+
+def _items(e):
+    """``e`` without the calls around it that hand on its items as they are
+    (:data:`_ITEMS_AS_THEY_ARE`, with one positional argument and display keywords only):
+    ``tqdm.tqdm(list(reversed(xs)), desc=...)`` -> ``reversed(xs)``."""
+    while isinstance(e, ast.Call) and len(e.args) == 1 and not isinstance(e.args[0], ast.Starred) and \
+            (dotted(e.func) or [""])[-1] in _ITEMS_AS_THEY_ARE and \
+            all(k.arg is not None and C.is_display_keyword(k.arg) for k in e.keywords):
+        e = e.args[0]
+    return e
 
 
 class Taint:
@@ -499,14 +516,22 @@ class Taint:
             return max(self.level(e.value), self.level(e.slice))
         if t is _LAMBDA:
             return 0
+        if t is _IFEXP:
+            body = _items(e.body)
+            if ast.dump(body) == ast.dump(_items(e.orelse)):
+                # the same items on both sides, with a progress bar on some ranks
+                # (`tqdm(xs) if rank == 0 else xs`): the test decides only the display
+                return self.level(body)
         if t is _BOOLOP and isinstance(e.op, ast.And) and _first_and_last(e.values):
             return 0
         if t is _COMPARE and len(e.ops) == 1 and isinstance(e.ops[0], (ast.Is, ast.IsNot)) and \
-                isinstance(e.left, ast.Name) and isinstance(e.comparators[0], ast.Constant) and \
-                e.comparators[0].value is None:
-            lv = self._set_level(e.left.id)
-            if lv is not None:
-                return lv
+                isinstance(e.comparators[0], ast.Constant) and e.comparators[0].value is None:
+            if isinstance(e.left, ast.Name):
+                lv = self._set_level(e.left.id)
+                if lv is not None:
+                    return lv
+            elif self._launcher_test(e.left):
+                return 0
         lv = 0
         # the children as ast.iter_child_nodes yields them, without its generators
         fields = _EXPR_FIELDS.get(t)
@@ -908,6 +933,18 @@ class Taint:
     @staticmethod
     def _rank_env_key(e):
         return isinstance(e, ast.Constant) and e.value in C.RANK_ENV
+
+    def _launcher_test(self, e):
+        """True when ``e`` reads a rank variable of the environment with no default
+        (``os.getenv("RANK")``, ``os.environ.get("LOCAL_RANK")``): whether it is None asks whether
+        a launcher started this process, and a launcher sets it in every process of the job or
+        in none."""
+        if not (isinstance(e, ast.Call) and len(e.args) == 1 and not e.keywords and
+                self._rank_env_key(e.args[0]) and isinstance(e.func, (ast.Name, ast.Attribute))):
+            return False
+        d = dotted(e.func) or []
+        return bool(d) and (d[-1] == "getenv" or (d[-1] == "get" and isinstance(e.func, ast.Attribute) and
+                                                   self._is_environ(e.func.value)))
 
     def _call_level(self, call):
         f = call.func
@@ -2217,7 +2254,20 @@ def call_kind(mod, call):
             k.arg == "sync_dist" and not (isinstance(k.value, ast.Constant) and not k.value.value)
             for k in call.keywords):
         kind = "collective"  # Lightning's self.log(..., sync_dist=True) reduces across processes
+    if kind == "collective" and fake_backend(call):
+        kind = None
     return kind, method
+
+
+def fake_backend(call):
+    """True when ``call`` is ``init_process_group`` given the constant backend ``"fake"``
+    (positionally or as ``backend=``): torch's fake backend makes an in-process store and waits
+    for no other process."""
+    f = call.func
+    if (f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", None)) != "init_process_group":
+        return False
+    arg = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "backend"), None)
+    return isinstance(arg, ast.Constant) and arg.value == "fake"
 
 
 def _names(target):

@@ -3029,3 +3029,205 @@ def steps(a, group, n):
         if dist.get_rank(group) == 0:  # BRANCH
             out = torch.zeros(8)
 """, "HK107")
+
+
+#: the fourth blind round's error-level false alarms (sglang, torchtitan, dask-mpi; docs/lint.md),
+#: each silent shape with the change that makes the ranks part again (flagged)
+ROUND4 = {
+    # dask-mpi: the root's side reaches its collectives through a coroutine it runs; the other
+    # side's inline `bcast` and `Barrier` match them one for one
+    "a_coroutine_run_on_the_root_matches_the_others_inline_collectives": (None, """
+import asyncio
+from mpi4py import MPI
+
+comm = MPI.COMM_WORLD
+
+
+def initialize(rank):
+    if rank == 0:
+        async def run_scheduler():
+            async with Scheduler() as scheduler:
+                comm.bcast(scheduler.address, root=0)
+                comm.Barrier()
+                await scheduler.finished()
+        asyncio.run(run_scheduler())
+        return False
+    else:
+        address = comm.bcast(None, root=0)
+        comm.Barrier()
+    return address
+"""),
+    "the_coroutine_skips_the_barrier": ("HK101", """
+import asyncio
+from mpi4py import MPI
+
+comm = MPI.COMM_WORLD
+
+
+def initialize(rank):
+    if rank == 0:
+        async def run_scheduler():
+            async with Scheduler() as scheduler:
+                comm.bcast(scheduler.address, root=0)
+                await scheduler.finished()
+        asyncio.run(run_scheduler())
+        return False
+    else:
+        address = comm.bcast(None, root=0)
+        comm.Barrier()  # HERE
+    return address
+"""),
+    "the_coroutines_barrier_is_under_its_own_test": ("HK101", """
+import asyncio
+from mpi4py import MPI
+
+comm = MPI.COMM_WORLD
+
+
+def initialize(rank, wait):
+    if rank == 0:
+        async def run_scheduler():
+            comm.bcast("address", root=0)
+            if wait:
+                comm.Barrier()
+        asyncio.run(run_scheduler())
+        return False
+    else:
+        address = comm.bcast(None, root=0)
+        comm.Barrier()  # HERE
+    return address
+"""),
+    # torchtitan: a rank check raises inside a branch whose every path returns, so no rank of
+    # that branch reaches the collective after it
+    "a_raise_in_a_branch_that_always_returns": (None, """
+import os
+import torch.distributed as dist
+
+
+def init_distributed(mode):
+    if mode in ("fake_backend", "local_tensor"):
+        rank = int(os.environ.get("RANK", "0"))
+        world_size = int(os.environ["NGPU"])
+        if not 0 <= rank < world_size:
+            raise ValueError("bad RANK")
+        return world_size
+    dist.init_process_group(backend="nccl")
+    return dist.get_world_size()
+"""),
+    "the_branch_falls_through": ("HK103", """
+import os
+import torch.distributed as dist
+
+
+def init_distributed(mode):
+    if mode in ("fake_backend", "local_tensor"):
+        rank = int(os.environ.get("RANK", "0"))
+        world_size = int(os.environ["NGPU"])
+        if not 0 <= rank < world_size:  # BRANCH
+            raise ValueError("bad RANK")
+    dist.init_process_group(backend="nccl")  # HERE
+    return dist.get_world_size()
+"""),
+    "the_branch_returns_on_one_side_only": ("HK103", """
+import os
+import torch.distributed as dist
+
+
+def init_distributed(mode, quick):
+    if mode in ("fake_backend", "local_tensor"):
+        rank = int(os.environ.get("RANK", "0"))
+        if rank > 7:  # BRANCH
+            raise ValueError("bad RANK")
+        if quick:
+            return rank
+    dist.init_process_group(backend="nccl")  # HERE
+    return dist.get_world_size()
+"""),
+    # torchtitan: the fake backend makes an in-process store and waits for no other process
+    "the_fake_backend_is_no_rendezvous": (None, """
+import os
+import torch
+
+
+def init_fake_mode(world_size, rank=0):
+    torch.distributed.init_process_group("fake", rank=rank, world_size=world_size)
+
+
+def init(world_size):
+    rank = int(os.environ["RANK"])
+    if rank >= world_size:
+        raise ValueError("bad RANK")
+    init_fake_mode(world_size, rank)
+"""),
+    "a_real_backend_is": ("HK103", """
+import os
+import torch
+
+
+def init_real_mode(world_size, rank=0):
+    torch.distributed.init_process_group(backend="gloo", rank=rank, world_size=world_size)
+
+
+def init(world_size):
+    rank = int(os.environ["RANK"])
+    if rank >= world_size:  # BRANCH
+        raise ValueError("bad RANK")
+    init_real_mode(world_size, rank)  # HERE
+"""),
+    # sglang: whether a launcher set RANK at all is the same in every process of the job
+    "whether_the_launcher_set_the_rank": (None, """
+import os
+import torch.distributed as dist
+
+
+def join():
+    if os.getenv("RANK") is None:
+        relaunch_under_torchrun()
+        return
+    dist.barrier()
+"""),
+    "the_ranks_value": ("HK102", """
+import os
+import torch.distributed as dist
+
+
+def join():
+    if os.environ.get("RANK") == "0":  # BRANCH
+        return
+    dist.barrier()  # HERE
+"""),
+    # sglang: the same items on every rank, with a progress bar on rank 0
+    "a_progress_bar_around_the_same_items_on_rank_0": (None, """
+import tqdm
+import torch.distributed as dist
+
+
+def capture(sizes):
+    capture_range = tqdm.tqdm(list(reversed(sizes))) if dist.get_rank() == 0 else reversed(sizes)
+    for bs in capture_range:
+        dist.all_reduce(bs)
+"""),
+    "other_items_on_rank_0": ("HK105", """
+import tqdm
+import torch.distributed as dist
+
+
+def capture(sizes):
+    capture_range = tqdm.tqdm(list(reversed(sizes))) if dist.get_rank() == 0 else reversed(sizes[1:])
+    for bs in capture_range:  # BRANCH
+        dist.all_reduce(bs)  # HERE
+"""),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ROUND4))
+def test_round4_shapes(tmp_path, name):
+    code, src = ROUND4[name]
+    if code is None:
+        silent(tmp_path, src)
+    elif "# BRANCH" in src:
+        expect(tmp_path, src, code)
+    else:
+        # the branch is the `if rank == 0:` line, and the root's own call is reported too
+        found = lint_tree(tmp_path, {"prog.py": src})
+        assert (code, marks(src, "HERE")) in [(f[1], f[2]) for f in found], found
