@@ -674,10 +674,27 @@ class _Walker:
             return
         if name in _SIZE_MUST_MATCH and call.args and isinstance(call.args[0], ast.Name):
             test = self.taint.guard_reaching(call.args[0].id, call.lineno)
-            if test is not None and call.args[0].id not in self.taint.agreed:
+            if test is not None and call.args[0].id not in self.taint.agreed and \
+                    not self._scaled_alike(test, call.args[0].id):
                 self._emit("HK107", call, w, test.lineno,
                            "gets `%s`, built under a rank-dependent branch: every rank must hand it a buffer "
                            "of the same size" % call.args[0].id, self.taint.direct_level(test) == 2)
+
+    def _scaled_alike(self, test, name):
+        """True when the ``if`` whose test is ``test`` assigns ``name`` last on both of its sides,
+        from values that differ only in the numbers of their outermost arithmetic (``x * 0.25``
+        on the root, ``x * 0.5`` elsewhere): a scalar factor leaves the buffer's size as it is."""
+        st = next((n for n in walk_local(self.ff.node) if isinstance(n, ast.If) and n.test is test), None)
+        if st is None or not st.orelse:
+            return False
+        vals = []
+        for side in (st.body, st.orelse):
+            last = side[-1]
+            if not (isinstance(last, ast.Assign) and len(last.targets) == 1 and
+                    isinstance(last.targets[0], ast.Name) and last.targets[0].id == name):
+                return False
+            vals.append(last.value)
+        return isinstance(vals[0], ast.BinOp) and _unscaled(vals[0]) == _unscaled(vals[1])
 
     def group_create(self, call):
         for k in call.keywords:
@@ -1318,6 +1335,18 @@ def _catches_all(st):
         if any(t is None or (dotted(t) or [""])[-1] in ("Exception", "BaseException") for t in types):
             return True
     return False
+
+
+def _unscaled(e, op=None):
+    """``ast.dump`` of ``e`` with each number that is an operand of its outermost chain of
+    arithmetic (``+ - * /``) left out, but an integer factor (``[0] * 4`` repeats a list: its
+    size is that number); numbers inside calls or subscripts are kept."""
+    if isinstance(e, ast.BinOp) and isinstance(e.op, (ast.Add, ast.Sub, ast.Mult, ast.Div)):
+        return "(%s %s %s)" % (_unscaled(e.left, e.op), type(e.op).__name__, _unscaled(e.right, e.op))
+    if isinstance(e, ast.Constant) and isinstance(e.value, (int, float)) and not isinstance(e.value, bool) and \
+            not (isinstance(op, ast.Mult) and isinstance(e.value, int)):
+        return "<number>"
+    return ast.dump(e)
 
 
 def _matched(a, b):

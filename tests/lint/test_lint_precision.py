@@ -3231,3 +3231,35 @@ def test_round4_shapes(tmp_path, name):
         # the branch is the `if rank == 0:` line, and the root's own call is reported too
         found = lint_tree(tmp_path, {"prog.py": src})
         assert (code, marks(src, "HERE")) in [(f[1], f[2]) for f in found], found
+
+
+#: openmdao's distributed component: a scalar factor chosen by rank leaves the buffer's size alike
+SCALED = """
+import numpy as np
+
+
+class DistribComp:
+    def compute(self, inputs, outputs):
+        if self.comm.rank == 0:  # BRANCH
+            outvec = inputs["invec"] * 0.25
+        else:
+            outvec = inputs["invec"] * 0.5
+        both = np.zeros((2, len(outvec)))
+        self.comm.Allgather(outvec, both)  # HERE
+"""
+
+
+@pytest.mark.parametrize("root, other, code", [
+    ('inputs["invec"] * 0.25', 'inputs["invec"] * 0.5', None),
+    ('inputs["invec"] / 4 + 1.0', 'inputs["invec"] / 2 + 0.5', None),
+    # another operand, a list repeated by an integer, numbers inside a call: the size can differ
+    ('inputs["invec"] * 0.25', 'inputs["other"] * 0.5', "HK107"),
+    ("[0.0] * 4", "[0.0] * 8", "HK107"),
+    ("np.zeros(3) * 0.5", "np.zeros(4) * 0.5", "HK107"),
+])
+def test_a_buffer_scaled_by_rank_keeps_its_size(tmp_path, root, other, code):
+    src = SCALED.replace('inputs["invec"] * 0.25', root).replace('inputs["invec"] * 0.5', other)
+    if code is None:
+        silent(tmp_path, src)
+    else:
+        expect(tmp_path, src, code)
