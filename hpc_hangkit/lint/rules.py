@@ -1093,7 +1093,7 @@ class _Walker:
                         self.exits.append(_Exit(st.lineno, lv, kind, loop, abort, ga.direct, sides))
         elif isinstance(st, _LOOPS):
             if isinstance(st, ast.While):
-                lv = self.taint.test_level(st.test)
+                lv = self.taint.while_level(st)
             else:
                 lv = self.taint.iter_level_at(st.iter, st.lineno)
             direct = lv < 2 or self.taint.direct_level(st.test if isinstance(st, ast.While) else st.iter) == 2

@@ -53,6 +53,30 @@ _RESIZERS = {"append", "extend", "insert", "pop", "remove", "clear", "update", "
              "setdefault", "resize_", "squeeze_", "unsqueeze_"}
 
 
+_DEFS_T = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def _stored_names(e):
+    """Names ``e`` binds (a target: a name, a tuple of them, a walrus)."""
+    return {n.id for n in ast.walk(e) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+
+
+def _worse(a, b):
+    """The join of two states of :meth:`Taint._back_agreed` (a path that ends adds nothing)."""
+    order = ("dead", "ok", "in", "bad")
+    if a == "dead":
+        return b
+    if b == "dead":
+        return a
+    return max(a, b, key=order.index)
+
+
+def _mutates(st, name):
+    """True when statement ``st`` calls a resizing method on local ``name`` (``name.append(x)``)."""
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in _RESIZERS and
+               isinstance(n.func.value, ast.Name) and n.func.value.id == name for n in ast.walk(st))
+
+
 def _data_name(expr):
     d = dotted(expr)
     return bool(d) and bool(C.DATAISH.search(d[-1]))
@@ -589,6 +613,93 @@ class Taint:
                     return None
                 lv = max(lv, self.test_level(c))
         return lv
+
+    def while_level(self, st):
+        """:meth:`test_level` of ``while`` loop ``st``'s test, where a local it reads is agreed
+        at the test: it comes in the same on every rank (assigned before the loop only constant
+        or shared values, :meth:`_shared_value`) and, on every path through the body back to the
+        test (its end, or a ``continue``), its last assignment is an agreeing collective's value
+        or a shared one (OpenMDAO's `done = comm.bcast(done, root=0)` after the root alone set
+        `done = True`). A side of an ``if`` that only a single process takes does not count."""
+        lv = self.test_level(st.test)
+        if not lv:
+            return lv
+        names = {n.id for n in ast.walk(st.test) if isinstance(n, ast.Name)} - self.agreed
+        fixed = set()
+        for n in names:
+            conts = []
+            if self._enters_agreed(st, n) and all(
+                    x != "bad" for x in [self._back_agreed(st.body, n, "in", conts)] + conts):
+                fixed.add(n)
+        if not fixed:
+            return lv
+        saved = self.agreed
+        self.agreed = saved | fixed
+        try:
+            return self.test_level(st.test)
+        finally:
+            self.agreed = saved
+
+    def _enters_agreed(self, loop, name):
+        """True when local ``name`` comes into ``while`` loop ``loop`` the same on every rank:
+        assigned before it, only shared values under tests every rank decides alike, and not
+        after it within a loop that holds both."""
+        if name in self._fn_params or name in self.shared:
+            return False
+        end = getattr(loop, "end_lineno", None) or loop.lineno
+        before = False
+        for (target, value, conds, part), line in zip(self._assigns, self._lines):
+            if name not in _names(target) or loop.lineno <= line <= end:
+                continue
+            if line > end:
+                if self._one_loop(line, loop.lineno):
+                    return False
+                continue
+            if part is not None or not isinstance(target, ast.Name) or not self._shared_value(value, line) or \
+                    any(kind == "except" or self.test_level(c) for kind, c in conds):
+                return False
+            before = True
+        return before
+
+    def _back_agreed(self, stmts, name, state, conts):
+        """The state of local ``name`` after ``stmts`` on the paths that reach their end: "in"
+        (as it came in), "ok" (last assigned a shared value), "bad", or "dead" (no path reaches
+        the end); the state at each ``continue`` of the loop checked is added to ``conts``."""
+        for st in stmts:
+            if state == "dead":
+                return state
+            if id(st) in self.single or isinstance(st, _DEFS_T):
+                continue
+            if isinstance(st, (ast.Assign, ast.AnnAssign)):
+                targets = st.targets if isinstance(st, ast.Assign) else [st.target]
+                if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+                    state = "ok" if st.value is not None and (self._returns_agreed(st.value) or
+                                                              self._shared_value(st.value, st.lineno)) else "bad"
+                elif any(name in _stored_names(t) for t in targets):
+                    state = "bad"
+            elif isinstance(st, ast.AugAssign):
+                if name in _stored_names(st.target) and self.level(st.value):
+                    state = "bad"
+            elif isinstance(st, ast.If):
+                got = [self._back_agreed(side, name, state, conts) for side in (st.body, st.orelse)]
+                if self.test_level(st.test) and any(g not in (state, "dead") for g in got):
+                    state = "bad"  # assigned on some ranks' side only: it parts the ranks
+                else:
+                    state = _worse(*got)
+            elif isinstance(st, (ast.With, ast.AsyncWith)):
+                state = self._back_agreed(st.body, name, state, conts)
+            elif isinstance(st, ast.Continue):
+                conts.append(state)
+                return "dead"
+            elif isinstance(st, (ast.Break, ast.Return, ast.Raise)):
+                return "dead"
+            elif any(name in _stored_names(n) for n in ast.walk(st) if isinstance(n, ast.expr)) or \
+                    (not isinstance(st, (ast.For, ast.AsyncFor, ast.While)) and
+                     any(isinstance(n, ast.Continue) for n in ast.walk(st))):
+                state = "bad"  # rebound in a nested loop, a try, a walrus; a continue in a try
+            if isinstance(st, (ast.Expr, ast.Assign, ast.AugAssign)) and _mutates(st, name):
+                state = "bad"
+        return state
 
     def _agreed(self, e):
         """True for per-rank-named data that the code made equal on every rank: a local handed

@@ -3263,3 +3263,47 @@ def test_a_buffer_scaled_by_rank_keeps_its_size(tmp_path, root, other, code):
         silent(tmp_path, src)
     else:
         expect(tmp_path, src, code)
+
+
+#: OpenMDAO's analysis driver: the root alone ends the job list, a broadcast tells every rank
+#: before the loop tests the flag again
+LOOP_FLAG = """
+def run(comm, gen, queues, skip):
+    done = False
+    while not done:  # BRANCH
+        if comm.rank == 0:
+            try:
+                job = next(gen)
+            except StopIteration:
+                done = True
+        done = comm.bcast(done, root=0)
+        comm.barrier()  # HERE
+"""
+
+
+@pytest.mark.parametrize("change, code", [
+    ({}, None),
+    ({"        done = comm.bcast(done, root=0)\n": ""}, "HK105"),
+    # a continue that skips the broadcast brings the root's own value back to the test
+    ({"        done = comm.bcast(done, root=0)\n":
+      "        if skip:\n            continue\n        done = comm.bcast(done, root=0)\n"}, "HK105"),
+    # the broadcast on one side of a rank test only
+    ({"        done = comm.bcast(done, root=0)\n":
+      "        if comm.rank == 1:\n            done = comm.bcast(done, root=0)\n"}, "HK105"),
+    # the flag comes in differing already
+    ({"    done = False\n": "    done = comm.rank > 3\n"}, "HK105"),
+    # a uniform test around the broadcast: every rank takes the same side
+    ({"        done = comm.bcast(done, root=0)\n":
+      "        if skip:\n            done = comm.bcast(done, root=0)\n        else:\n"
+      "            done = comm.allreduce(done)\n"}, None),
+])
+def test_a_while_flag_broadcast_before_the_back_edge_agrees(tmp_path, change, code):
+    src = LOOP_FLAG
+    for old, new in change.items():
+        assert old in src
+        src = src.replace(old, new)
+    if code is None:
+        silent(tmp_path, src)
+    else:
+        found = lint_tree(tmp_path, {"prog.py": src})
+        assert (code, marks(src, "HERE"), marks(src, "BRANCH")) in [f[1:] for f in found], found
