@@ -453,6 +453,7 @@ class Project:
         at that line only values of one agreeing tree call (``self._result = (p, r)`` after
         ``p = broadcast(p)``, ``r = broadcast(r)``), is agreed when that call is."""
         deps = _deps(nodes) if agreed else {}
+        params = set(ff.params) - agreed - {"self", "cls"}
 
         def agreed_value(e):
             # a collective's result, a tree call (decided after propagation), or computed from a
@@ -467,7 +468,9 @@ class Project:
                 ref = call_ref(mod, ff.cls, ff.qualname, inner)
                 if ref is not None:
                     return {ref}
-            if agreed and _closure(e, deps) & agreed:
+            # a parameter returned by name may be the argument as it came, on a path that skips
+            # the collective (`if group is not None: n = agreed(n)` ... `return n`)
+            if agreed and _closure(e, deps) & agreed and not names_of(e) & params:
                 return True
             return False
         if rets:

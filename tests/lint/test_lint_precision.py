@@ -3293,3 +3293,39 @@ def test_a_while_flag_broadcast_before_the_back_edge_agrees(tmp_path, change, co
     else:
         found = lint_tree(tmp_path, {"prog.py": src})
         assert (code, marks(src, "HERE"), marks(src, "BRANCH")) in [f[1:] for f in found], found
+
+
+#: verl's dynamic batch size (blind recall round 2, s07): the helper agrees the count only when it
+#: is handed a group, and the caller leaves it out, so the argument comes back as it was
+GUARDED_AGREE = """
+import torch
+import torch.distributed as dist
+
+
+def count(n, dp_group=None):
+    if dp_group is not None:
+        t = torch.tensor([n])
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=dp_group)
+        n = int(t.item())
+    return n
+
+
+def run(t, local):
+    n = count(dist.get_rank() + local)
+    for _ in range(n):  # BRANCH
+        dist.all_reduce(t)  # HERE
+"""
+
+
+@pytest.mark.parametrize("body, code", [
+    (GUARDED_AGREE, "HK105"),
+    # every path agrees the count: what it returns no longer depends on the argument
+    (GUARDED_AGREE.replace("    if dp_group is not None:\n        t = torch.tensor([n])\n",
+                           "    if True:\n        t = torch.tensor([n])\n").replace(
+        "        n = int(t.item())\n    return n\n", "        m = int(t.item())\n    return m\n"), None),
+])
+def test_a_helper_that_agrees_only_on_one_path_returns_its_argument(tmp_path, body, code):
+    if code is None:
+        silent(tmp_path, body)
+    else:
+        expect(tmp_path, body, code)
