@@ -17,7 +17,7 @@ def _codes(value):
 @click.option("--ignore", default=None, metavar="CODES", help="Leave out these codes or prefixes, comma-separated.")
 @click.option("--level", type=click.Choice(["error", "warning", "note"]), default=None,
               help="The least certain level reported (default: warning, or the file's `level`). note adds "
-              "the findings whose rank test is relative to a process group (docs/lint.md, Severity).")
+              "the findings on a process group whose members the lint cannot resolve (docs/lint.md).")
 @click.option("--exclude", multiple=True, metavar="GLOB", help="Skip files or directories matching GLOB (repeatable).")
 @click.option("--jobs", type=click.IntRange(min=1), default=None, metavar="N",
               help="Worker processes for parsing and checking files (default: the usable cores when there "
@@ -34,8 +34,10 @@ def lint_cmd(paths, fmt, select, ignore, level, exclude, jobs, config_path):
     `# hangkit: ignore[HK101]` (codes or prefixes: HK1) on the collective's or
     the branch's line; a malformed comment silences nothing and is warned of.
     Levels: error (the deciding line names the rank), warning (rank-local data,
-    or a rank dependence inferred through attributes and callers), note (a rank
-    test relative to a process group; not reported unless asked for: --level note).
+    or a rank dependence inferred through attributes and callers), note (the
+    collective runs on a process group whose members the lint cannot resolve: an
+    MPI Split communicator, a group on another axis; not reported unless asked
+    for: --level note). Each text line shows its level: `HK101 [error] ...`.
     Settings: [tool.hpc-hangkit.lint] select/ignore/exclude/collectives/rank_sources/level in
     pyproject.toml; --select or --ignore given here replaces both of the file's select and
     ignore; --exclude adds to its exclude; --level replaces its level.
@@ -43,7 +45,8 @@ def lint_cmd(paths, fmt, select, ignore, level, exclude, jobs, config_path):
     \b
     Exit status:
       0  nothing found at the levels reported, every file checked
-      1  at least one finding reported, or a file that could not be parsed (named on stderr)
+      1  at least one finding reported, or a file that could not be parsed (named in the
+         text output; on stderr with --format json or sarif)
       2  bad usage: unknown option, missing path, no Python file to check, bad
          [tool.hpc-hangkit.lint]
     """

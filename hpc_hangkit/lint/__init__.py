@@ -13,11 +13,13 @@ class LintResult:
     """``findings`` (sorted :class:`~hpc_hangkit.lint.rules.Finding`), ``errors`` (list of
     ``(path, message)`` for files that could not be read or parsed), ``warnings`` (list of
     ``(path, line, message)``: ``# hangkit:`` comments that silence nothing or name no rule),
-    ``files`` (number of files scanned), ``lines`` (their total lines), ``below`` (``{level:
-    count}`` of the findings left out for being below the level asked for)."""
+    ``files`` (number of files scanned), ``lines`` (their total lines), ``level`` (the least
+    certain level reported), ``below`` (``{level: count}`` of the findings left out for being
+    below it)."""
 
     def __init__(self):
         self.findings = []
+        self.level = "warning"
         self.below = {}
         self.errors = []
         self.warnings = []
@@ -200,4 +202,5 @@ def _lint(paths, select, ignore, exclude, jobs, levels):
         if f.severity not in levels:
             res.below[f.severity] = res.below.get(f.severity, 0) + 1
     res.findings = [f for f in res.findings if f.severity in levels]
+    res.level = levels[-1]
     return res

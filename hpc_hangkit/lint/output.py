@@ -13,18 +13,18 @@ _SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/sche
 
 
 def render_text(result):
-    """One ``path:line:col: CODE message`` line per finding (the collective, or the call of the
-    helper that reaches it); for one reached through helpers a second line at the collective's
-    own ``path:line:col`` saying where it is reached from (so that an editor lands on both);
-    then a count line (findings, not lines, and how many are at each level: the level of each
-    is in JSON and SARIF; and how many were left out below the level asked for)."""
+    """One ``path:line:col: CODE [level] message`` line per finding (the collective, or the call
+    of the helper that reaches it); for one reached through helpers a second line at the
+    collective's own ``path:line:col`` saying where it is reached from (so that an editor lands
+    on both); then a count line (findings, not lines, and how many are at each level; and how
+    many were left out below the level asked for, with the ``--level`` that shows them)."""
     out = []
     for f in result.findings:
-        out.append("%s:%d:%d: %s %s" % (f.path, f.line, f.col, f.code, f.message))
+        out.append("%s:%d:%d: %s [%s] %s" % (f.path, f.line, f.col, f.code, f.severity, f.message))
         if f.chain:
             c = f.collective_at()
-            out.append("%s:%d:%d: %s %s: the collective of the finding at %s:%d:%d (line %d: `%s`), through %s" % (
-                c["path"], c["line"], c["col"], f.code, c["what"], f.path, f.line, f.col, f.related_line,
+            out.append("%s:%d:%d: %s [%s] %s: the collective of the finding at %s:%d:%d (line %d: `%s`), through %s" % (
+                c["path"], c["line"], c["col"], f.code, f.severity, c["what"], f.path, f.line, f.col, f.related_line,
                 f.related_text, " -> ".join([f.message.split(" ", 1)[0]] + [w for _, _, _, w, _ in f.chain])))
     for path, line, msg in result.warnings:
         out.append("%s:%d: warning: %s" % (path, line, msg))
@@ -35,25 +35,26 @@ def render_text(result):
         n = sum(1 for f in result.findings if f.severity == level)
         if n:
             levels.append("%d %s%s" % (n, level, "" if n == 1 else "s"))
-    below = ", ".join("%d %s%s" % (n, lv, "" if n == 1 else "s")
-                      for lv, n in sorted(result.below.items(), key=lambda kv: LEVELS.index(kv[0])))
+    hidden = sorted(result.below, key=LEVELS.index)
+    below = ", ".join("%d %s%s" % (result.below[lv], lv, "" if result.below[lv] == 1 else "s") for lv in hidden)
     out.append("%d finding%s%s in %d file%s (%d line%s)%s" % (
         len(result.findings), "" if len(result.findings) == 1 else "s",
         " (%s)" % ", ".join(levels) if levels else "", result.files,
         "" if result.files == 1 else "s", result.lines, "" if result.lines == 1 else "s",
-        "; not shown: %s (--level %s)" % (below, LEVELS[-1]) if below else ""))
+        "; not shown: %s (--level %s)" % (below, hidden[-1]) if below else ""))
     return "\n".join(out) + "\n"
 
 
 def render_json(result):
     """``{"findings": [...], "errors": [{"path", "message"}], "warnings": [{"path", "line",
-    "message"}], "files", "lines", "below": {level: count}}`` (findings as
-    :meth:`hpc_hangkit.lint.rules.Finding.to_dict`; ``below``: the findings left out for being
-    below the level asked for)."""
+    "message"}], "files", "lines", "level", "below": {level: count}}`` (findings as
+    :meth:`hpc_hangkit.lint.rules.Finding.to_dict`; ``level``: the least certain level reported;
+    ``below``: the findings left out for being below it)."""
     return json.dumps({"findings": [f.to_dict() for f in result.findings],
                        "errors": [{"path": p, "message": m} for p, m in result.errors],
                        "warnings": [{"path": p, "line": n, "message": m} for p, n, m in result.warnings],
-                       "files": result.files, "lines": result.lines, "below": result.below}, indent=2) + "\n"
+                       "files": result.files, "lines": result.lines, "level": result.level,
+                       "below": result.below}, indent=2) + "\n"
 
 
 def _escape(text):
@@ -116,6 +117,8 @@ def render_sarif(result):
               for p, n, m in result.warnings]
     run = {"tool": {"driver": {"name": "hpc-hangkit lint", "version": __version__, "rules": rules}},
            "results": results,
-           "invocations": [{"executionSuccessful": True, "toolExecutionNotifications": notes}]}
+           "invocations": [{"executionSuccessful": True, "toolExecutionNotifications": notes}],
+           # what was asked for, and what was left out below it (SARIF has no field of its own)
+           "properties": {"level": result.level, "below": result.below}}
     return json.dumps({"$schema": _SARIF_SCHEMA, "version": "2.1.0",
                        "runs": [run]}, indent=2) + "\n"

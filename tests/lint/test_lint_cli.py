@@ -79,7 +79,7 @@ def test_text_and_json_name_both_lines(tmp_path):
     r = lint(str(p))
     assert r.returncode == 1
     assert r.stdout.splitlines()[0] == (
-        "%s:6:9: HK101 barrier is reached only on ranks where the rank-dependent condition is true "
+        "%s:6:9: HK101 [error] barrier is reached only on ranks where the rank-dependent condition is true "
         "(line 5: `if dist.get_rank() == 0:`)" % p)
     doc = json.loads(lint("--format", "json", str(p)).stdout)
     assert doc["findings"][0]["related"] == [
@@ -201,10 +201,10 @@ def test_a_finding_through_helpers_names_the_chain_in_text_json_and_sarif(tmp_pa
     _write(tmp_path, CHAIN)
     train, steps, comm = (str(tmp_path / p) for p in ("train.py", "pkg/steps.py", "pkg/comm.py"))
     text = lint(str(tmp_path)).stdout
-    assert "%s:7:9: HK101 finish() (reaches all_reduce)" % train in text
+    assert "%s:7:9: HK101 [error] finish() (reaches all_reduce)" % train in text
     assert "all_reduce at comm.py:5" in text and "sync() at steps.py:5" in text
     # reported at the collective's own line too: a second line an editor can jump to
-    assert "%s:5:5: HK101 all_reduce: the collective of the finding at %s:7:9 (line 6: " \
+    assert "%s:5:5: HK101 [error] all_reduce: the collective of the finding at %s:7:9 (line 6: " \
            "`if dist.get_rank() == 0:`), through finish() -> sync() -> all_reduce" % (comm, train) in text.splitlines()
     assert text.splitlines()[-1] == "1 finding (1 error) in 4 files (17 lines)"
     doc = json.loads(lint("--format", "json", str(tmp_path)).stdout)
@@ -393,6 +393,15 @@ def test_level_chooses_the_least_certain_level_reported(tmp_path):
     assert found("--level", "note", str(tmp_path)) == (
         1, [("HK101", "error"), ("HK101", "note"), ("HK201", "warning")], {})
     assert found("--level", "error", str(tmp_path)) == (1, [("HK101", "error")], {"warning": 1, "note": 1})
+    assert json.loads(lint("--format", "json", "--level", "error", str(tmp_path)).stdout)["level"] == "error"
+    # each line says its level; the hint names the level that shows what was left out
+    r = lint("--level", "note", str(tmp_path))
+    assert sorted(line.split()[2] for line in r.stdout.splitlines()[:-1]) == ["[error]", "[note]", "[warning]"]
+    (tmp_path / "warn.py").write_text("import os\nimport torch.distributed as dist\n\ndef resume(p, t):\n"
+                                      "    if os.path.exists(p):\n        dist.broadcast(t, 0)\n")
+    r = lint("--level", "error", str(tmp_path / "warn.py"))
+    assert r.stdout.splitlines()[-1].endswith("; not shown: 1 warning (--level warning)"), r.stdout
+    (tmp_path / "warn.py").unlink()
     # the text count line says what was left out, and how to see it
     r = lint(str(tmp_path))
     assert r.stdout.splitlines()[-1] == ("2 findings (1 error, 1 warning) in 1 file (18 lines); "
@@ -408,6 +417,9 @@ def test_level_chooses_the_least_certain_level_reported(tmp_path):
         jsonschema.Draft4Validator(json.load(f)).validate(doc)
     (res,) = doc["runs"][0]["results"]
     assert res["level"] == "note" and res["locations"][0]["physicalLocation"]["region"]["startLine"] == note_line
+    assert doc["runs"][0]["properties"] == {"level": "note", "below": {}}
+    doc = json.loads(lint("--format", "sarif", str(tmp_path)).stdout)
+    assert doc["runs"][0]["results"] == [] and doc["runs"][0]["properties"] == {"level": "warning", "below": {"note": 1}}
     # the file's level, replaced by the command line's; a bad one is refused at once
     (tmp_path / "pyproject.toml").write_text('[tool.hpc-hangkit.lint]\nlevel = "note"\n')
     assert lint(".", cwd=str(tmp_path)).returncode == 1
