@@ -200,12 +200,16 @@ def bench_torch():
 
 def _fetch(name, version, cache):
     """The unpacked sdist folder of ``name==version`` under ``cache`` (downloaded once)."""
-    # newer sdists are named by the normalised project name (``megatron_core-0.12.0.tar.gz``)
-    stem = "%s-%s" % (name.replace("-", "_") if "-" in name else name, version)
-    dest = os.path.join(cache, stem)
-    if os.path.isdir(dest):
-        return dest
-    got = glob.glob(os.path.join(cache, "%s.tar.gz" % stem))
+    # newer sdists are named by the normalised project name (``megatron_core-0.12.0.tar.gz``),
+    # older ones by the name as written (``pytorch-metric-learning-2.9.0.tar.gz``)
+    stems = ["%s-%s" % (n, version) for n in dict.fromkeys((name.replace("-", "_"), name))]
+    for stem in stems:
+        if os.path.isdir(os.path.join(cache, stem)):
+            return os.path.join(cache, stem)
+
+    def found():
+        return [g for stem in stems for g in glob.glob(os.path.join(cache, "%s.tar.gz" % stem))]
+    got = found()
     if not got:
         try:
             subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
@@ -214,10 +218,10 @@ def _fetch(name, version, cache):
             # pip builds an sdist's metadata to download it, which fails for some (mmengine's
             # setup.py needs pkg_resources): take the file from the index's JSON listing instead
             _download_sdist(name, version, cache)
-        got = glob.glob(os.path.join(cache, "%s.tar.gz" % stem))
+        got = found()
     with tarfile.open(got[0]) as tf:
         tf.extractall(cache, filter="data")
-    return dest
+    return os.path.join(cache, os.path.basename(got[0])[:-len(".tar.gz")])
 
 
 def _download_sdist(name, version, cache):
