@@ -127,6 +127,9 @@ class Project:
         self._saved = None
         #: method name -> the tree's methods of that name (:meth:`agreed_method`), built on demand
         self._methods = None
+        #: ``(path, line)`` of an exception hook of the tree that aborts the job
+        #: (:func:`~hpc_hangkit.lint.model.abort_hook`), else None
+        self.abort_hook = None
 
     # ------------------------------------------------------------ building
     def add(self, mod):
@@ -146,6 +149,8 @@ class Project:
             for ff in old.funcs.values():
                 self.funcs.pop((old.key, ff.qualname), None)
         self.modules[mod.key] = mod
+        if mod.abort_hook and (self.abort_hook is None or (mod.path, mod.abort_hook) < self.abort_hook):
+            self.abort_hook = (mod.path, mod.abort_hook)
         self._names.setdefault(mod.name, []).append(mod)
         for alias in _path_aliases(mod.key):
             if alias != mod.name:

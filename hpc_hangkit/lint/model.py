@@ -221,7 +221,7 @@ class ModuleFacts:
 
     __slots__ = ("path", "key", "name", "imports", "stars", "funcs", "bases", "attr_levels", "ignores", "bad_ignores", "lines",
                  "tree", "is_package", "has_p2p", "local", "rankish", "attr_types", "collective_attrs",
-                 "attr_agreed", "words", "comm_receivers", "flag_cache")
+                 "attr_agreed", "words", "comm_receivers", "flag_cache", "abort_hook")
 
     def __init__(self, path, name, tree, text, is_package=False):
         self.path = path
@@ -255,6 +255,9 @@ class ModuleFacts:
         self.words = {}
         #: plain names the module calls a distinctive collective method on (:func:`comm_receivers`)
         self.comm_receivers = _NOTHING
+        #: the line where the module installs an exception hook, when it also aborts the job
+        #: (:func:`abort_hook`), else 0
+        self.abort_hook = 0
 
     def line_text(self, line):
         """The stripped source text of 1-based ``line`` ('' when out of range)."""
@@ -599,6 +602,8 @@ def load_module(path, text=None, name=None):
     mod.local, imports, mod.words = scopes(tree)
     _imports(mod, imports)
     mod.comm_receivers = comm_receivers(mod)
+    if "excepthook" in text and ".Abort(" in text:
+        mod.abort_hook = abort_hook(tree)
     defs = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
     for node in tree.body:
         if isinstance(node, ast.ClassDef):
@@ -609,6 +614,21 @@ def load_module(path, text=None, name=None):
             # `share = share_mpi`: another name of the module's own function, as an import is
             mod.imports[node.targets[0].id] = mod.name + "." + node.value.id
     return mod
+
+
+def abort_hook(tree):
+    """The line of ``sys.excepthook = ...`` in a module that also calls a communicator's
+    ``Abort`` (pyuvsim's hook that calls ``mpi_comm.Abort(1)``; PyFR's, whose exit handler
+    aborts after an uncaught exception), else 0: an exception no caller catches ends every
+    rank of the job there."""
+    line = 0
+    aborts = False
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Assign) and any(dotted(t) == ["sys", "excepthook"] for t in n.targets):
+            line = line or n.lineno
+        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "Abort":
+            aborts = True
+    return line if aborts else 0
 
 
 def comm_receivers(mod):

@@ -86,11 +86,16 @@ class Finding(NamedTuple):
     #: cannot see. Reported at ``note`` level (measured: 97 of 99 such findings on the
     #: forty-three projects were false alarms; docs/lint.md, "Severity")
     group: bool = False
+    #: a raise before the collective in a tree that installs an exception hook that aborts the
+    #: job: uncaught, the raise ends every rank; only a caller that catches it and goes on
+    #: leaves the others waiting. Reported at ``note`` level (measured: the nine such `error`
+    #: findings of pyuvsim, and PyFR's, were false alarms; docs/lint.md)
+    hooked: bool = False
 
     @property
     def severity(self):
         """``"error"``, ``"warning"`` or ``"note"`` (:data:`LEVELS`)."""
-        if self.group:
+        if self.group or self.hooked:
             return "note"
         return "warning" if self.inferred else severity_of(self.code)
 
@@ -415,7 +420,7 @@ class _Walker:
                 out.extend(seq)
         return True
 
-    def _emit(self, code, node, what, line, detail, direct=True, note=""):
+    def _emit(self, code, node, what, line, detail, direct=True, note="", hooked=False):
         if id(node) in self.seen:
             return
         self.seen.add(id(node))
@@ -435,7 +440,8 @@ class _Walker:
                 "%s at %s:%d" % (w, os.path.basename(p), ln) for p, ln, _, w, _ in chain)
         self.out.append(Finding(code, self.mod.path, node.lineno, node.col_offset + 1, msg,
                                 line, self.mod.line_text(line), self.ff.qualname, chain,
-                                inferred=code.startswith("HK1") and not direct, group=on_group))
+                                inferred=code.startswith("HK1") and not direct, group=on_group,
+                                hooked=hooked))
 
     def _on_subgroup(self, call):
         """True when ``call`` runs on a communicator that an MPI ``Split`` (``Split_type``,
@@ -664,9 +670,13 @@ class _Walker:
             if e.kind == "raise":
                 if e.abort:
                     continue
+                hook = self.project.abort_hook
                 self._emit("HK103" if dep else "HK203", call, w, e.line,
                            "comes after a %s raise with no abort: the ranks that raise leave the others waiting"
-                           % ("rank-dependent" if dep else "rank-local"), e.direct, e.note)
+                           % ("rank-dependent" if dep else "rank-local"), e.direct,
+                           e.note + ("; but the exception hook at %s:%d aborts the job on an exception no "
+                                     "caller catches" % (os.path.basename(hook[0]), hook[1]) if hook else ""),
+                           hooked=bool(hook))
             else:
                 self._emit("HK102" if dep else "HK202", call, w, e.line,
                            "comes after a %s early %s: the ranks that leave never reach it"

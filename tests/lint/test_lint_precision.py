@@ -3329,3 +3329,45 @@ def test_a_helper_that_agrees_only_on_one_path_returns_its_argument(tmp_path, bo
         silent(tmp_path, body)
     else:
         expect(tmp_path, body, code)
+
+
+#: pyuvsim's start_mpi: an exception hook that aborts the job, installed before the root's raise
+ABORT_HOOK = {
+    "mpi.py": """
+import sys
+from mpi4py import MPI
+
+
+def set_mpi_excepthook(mpi_comm):
+    def mpi_excepthook(exctype, value, traceback):
+        sys.__excepthook__(exctype, value, traceback)
+        mpi_comm.Abort(1)
+
+    sys.excepthook = mpi_excepthook
+""",
+    "run.py": """
+from mpi4py import MPI
+
+
+def run(path):
+    comm = MPI.COMM_WORLD
+    if comm.rank == 0:
+        if not path.endswith(".yaml"):
+            raise ValueError("not a config file")
+    comm.bcast(path, root=0)
+""",
+}
+
+
+@pytest.mark.parametrize("hook", [True, False])
+def test_a_raise_under_an_aborting_exception_hook_is_a_note(tmp_path, hook):
+    from hpc_hangkit.lint import lint_paths
+    files = dict(ABORT_HOOK)
+    if not hook:
+        files["mpi.py"] = files["mpi.py"].replace("        mpi_comm.Abort(1)\n", "        print(value)\n")
+    for name, src in files.items():
+        (tmp_path / name).write_text(src)
+    (f,) = lint_paths([str(tmp_path)], level="note").findings
+    assert (f.code, f.line, f.related_line) == ("HK103", 10, 7)
+    assert f.severity == ("note" if hook else "error")
+    assert ("the exception hook at mpi.py:11 aborts the job" in f.message) == hook
