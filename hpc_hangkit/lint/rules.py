@@ -409,8 +409,9 @@ class _Walker:
 
     def _straight_calls(self, ff, calls, out, depth):
         for n in calls:
-            if self.project.call_kind(self.mod, n)[0] == "collective":
-                out.append(self.project.call_kind(self.mod, n)[1])
+            kind, name = self.project.call_kind(self.mod, n)
+            if kind == "collective":
+                out.append(name)
                 continue
             callee = self.project.callee(self.mod, ff.cls, ff.qualname, n)
             if callee is not None and callee.witness:
