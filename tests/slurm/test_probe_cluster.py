@@ -116,8 +116,11 @@ def test_a_node_whose_slurmd_stops_is_named_unreachable_and_the_hang_still_confi
     assert rec["node"] == "hk2" and rec["ranks"] == "2-3", rec
     report = os.path.join(hk1, "hang_detector", "report.json")
     try:
-        wait_for(lambda: os.path.exists(report), max(1.0, MAX_STOP_S - (time.monotonic() - t_stop)), 0.5,
-                 what="the report, hk2 still silent", detail=lambda: open(mon_log).read()[-3000:])
+        # the monitor writes report.json, publishes it, then logs the confirmation to the job's
+        # output: wait for the last of them, not the first
+        wait_for(lambda: os.path.exists(report) and "HANG CONFIRMED in job %s attempt 0" % j in out_of(j),
+                 max(1.0, MAX_STOP_S - (time.monotonic() - t_stop)), 0.5,
+                 what="the report and its confirmation, hk2 still silent", detail=lambda: open(mon_log).read()[-3000:])
     finally:
         stopped_slurmd.resume()
     assert "HANG CONFIRMED in job %s attempt 0" % j in out_of(j)
