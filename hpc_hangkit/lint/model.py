@@ -260,14 +260,40 @@ class ModuleFacts:
         self.abort_hook = 0
 
     def line_text(self, line):
-        """The stripped source text of 1-based ``line`` ('' when out of range)."""
-        return self.lines[line - 1].strip() if 0 < line <= len(self.lines) else ""
+        """The stripped source text of 1-based ``line`` without its trailing comment ('' when
+        out of range)."""
+        return code_of(self.lines[line - 1]) if 0 < line <= len(self.lines) else ""
 
     def ignored(self, line, code):
         """True when ``# hangkit: ignore`` or ``# hangkit: ignore[...]`` naming ``code`` or a
         prefix of it (``HK1``) is on ``line``."""
         codes = self.ignores.get(line)
         return bool(codes) and ("*" in codes or any(code.startswith(c) for c in codes))
+
+
+def code_of(text):
+    """Source line ``text`` stripped, without a trailing ``# comment`` (a ``#`` inside a string
+    literal on the line is kept; a line that ends inside a string is kept whole)."""
+    quote = None
+    i, n = 0, len(text)
+    while i < n:
+        ch = text[i]
+        if quote is not None:
+            if ch == "\\":
+                i += 2
+                continue
+            if text.startswith(quote, i):
+                i += len(quote)
+                quote = None
+                continue
+        elif ch in "'\"":
+            quote = text[i:i + 3] if text[i:i + 3] in ("'''", '"""') else ch
+            i += len(quote)
+            continue
+        elif ch == "#":
+            return text[:i].strip()
+        i += 1
+    return text.strip()
 
 
 def parse_ignores(lines, bad=None):

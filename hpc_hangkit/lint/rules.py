@@ -13,7 +13,7 @@ import re
 from typing import NamedTuple
 
 from hpc_hangkit.lint import collectives as C
-from hpc_hangkit.lint.model import dotted, qualify, walk_local
+from hpc_hangkit.lint.model import code_of, dotted, qualify, walk_local
 from hpc_hangkit.lint.calls import call_ref
 from hpc_hangkit.lint.taint import Taint, handler_condition, mentions_membership
 
@@ -329,13 +329,13 @@ class _Walker:
             return ()
         out = []
         for path, line, what in self.project.chain(callee):
-            raw = _line_text(self.project, path, line, self.mod, raw=True)
+            raw = _line_text(self.project, path, line, self.mod)
             name = what.split("(", 1)[0].rsplit(" ", 1)[-1]
             at = raw.find(name + "(") if name else -1
             while at > 0 and (raw[at - 1].isalnum() or raw[at - 1] in "_."):
                 at -= 1  # the call's start, its receiver included (`dist.all_reduce(`), as a finding's col
             col = (at if at >= 0 else len(raw) - len(raw.lstrip())) + 1
-            out.append((path, line, raw.strip(), what, col))
+            out.append((path, line, code_of(raw), what, col))
         return tuple(out)
 
     def sigs(self, stmts):
@@ -637,8 +637,11 @@ class _Walker:
             return
         if w.rsplit(" ", 1)[-1].rstrip(")").rstrip("(") in C.ABORTS or name in C.ABORTS:
             return  # tearing the group down ends the job's collectives; it is how a hang is avoided
+        # the innermost of the most certain guards: a rank test around a file check is the
+        # rank test's finding (the file check only narrows which of rank 0's runs reach it)
+        top = max((g.level for g in guards if g.level and id(call) not in g.skip), default=0)
         for g in reversed(guards):
-            if not g.level or id(call) in g.skip:
+            if not g.level or g.level != top or id(call) in g.skip:
                 continue
             dep = g.level == 2
             if g.kind == "loop":
@@ -1232,13 +1235,12 @@ def _side(test, assigned):
     return None
 
 
-def _line_text(project, path, line, here, raw=False):
-    """The stripped text of ``line`` of file ``path`` (the module being checked, or read once
-    and kept as a few lines: a chain names lines of other files); ``raw``: not stripped
-    (its indentation kept, the line end dropped)."""
+def _line_text(project, path, line, here):
+    """The text of ``line`` of file ``path`` as written (its indentation and comment kept, the
+    line end dropped; '' when out of range or unreadable): the module being checked, or another
+    file read once and kept as a few lines (a chain names lines of other files)."""
     if path == here.path:
-        text = here.lines[line - 1].rstrip("\r\n") if 0 < line <= len(here.lines) else ""
-        return text if raw else text.strip()
+        return here.lines[line - 1].rstrip("\r\n") if 0 < line <= len(here.lines) else ""
     cache = project.__dict__.setdefault("_line_cache", {})
     key = (path, line)
     if key not in cache:
@@ -1252,7 +1254,7 @@ def _line_text(project, path, line, here, raw=False):
         except OSError:
             pass
         cache[key] = text
-    return cache[key] if raw else cache[key].strip()
+    return cache[key]
 
 
 def _rank_raise_line(stmts, ranked, taint):

@@ -221,6 +221,53 @@ def maybe_resume(path, state):
     if found.item():
         dist.broadcast(state, src=0)
 """
+def test_a_rank_test_around_a_rank_local_test_is_the_rank_tests_finding(tmp_path):
+    """The more certain guard names the finding (ESR PR 57's shape): the file check inside
+    ``if rank == 0:`` only narrows which of rank 0's runs reach the barrier."""
+    expect(tmp_path, """
+    import os
+    from mpi4py import MPI
+
+    def catalogue(comm, path):
+        comm.Barrier()
+
+    def main(path):
+        comm = MPI.COMM_WORLD
+        if comm.Get_rank() == 0:  # BRANCH
+            if os.path.exists(path):
+                catalogue(comm, path)  # HERE
+    """, "HK101")
+    # the inner file check alone is still a rank-local finding
+    expect(tmp_path, """
+    import os
+    from mpi4py import MPI
+
+    def main(path):
+        comm = MPI.COMM_WORLD
+        if os.path.exists(path):  # BRANCH
+            comm.Barrier()  # HERE
+    """, "HK201")
+
+
+def test_the_quoted_lines_leave_out_their_comments_but_not_a_hash_in_a_string(tmp_path):
+    (tmp_path / "prog.py").write_text(textwrap.dedent("""
+    import os
+    import torch.distributed as dist
+
+    def sync(t):
+        dist.all_reduce(t)  # every rank's sum
+
+    def main(t, tag):
+        if os.path.exists(tag + "#ckpt"):  # only after a crash
+            sync(t)
+    """))
+    (f,) = lint_paths([str(tmp_path)]).findings
+    assert f.related_text == 'if os.path.exists(tag + "#ckpt"):'
+    assert '`if os.path.exists(tag + "#ckpt"):`' in f.message and "crash" not in f.message
+    assert [x["text"] for x in f.to_dict()["related"]] == [
+        'if os.path.exists(tag + "#ckpt"):', "dist.all_reduce(t)"]
+
+
 HK202_WRONG = """
 import torch.distributed as dist
 
