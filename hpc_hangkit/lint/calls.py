@@ -127,9 +127,10 @@ class Project:
         self._saved = None
         #: method name -> the tree's methods of that name (:meth:`agreed_method`), built on demand
         self._methods = None
-        #: ``(path, line)`` of an exception hook of the tree that aborts the job
-        #: (:func:`~hpc_hangkit.lint.model.abort_hook`), else None
-        self.abort_hook = None
+        #: ``(path, line, module name, module key, installer)`` of each exception hook or exit
+        #: handler of the tree that aborts the job (:func:`~hpc_hangkit.lint.model.abort_hook`)
+        self._hooks = []
+        self._hook = None
 
     # ------------------------------------------------------------ building
     def add(self, mod):
@@ -149,8 +150,9 @@ class Project:
             for ff in old.funcs.values():
                 self.funcs.pop((old.key, ff.qualname), None)
         self.modules[mod.key] = mod
-        if mod.abort_hook and (self.abort_hook is None or (mod.path, mod.abort_hook) < self.abort_hook):
-            self.abort_hook = (mod.path, mod.abort_hook)
+        self._hooks = [h for h in self._hooks if h[3] != mod.key] + [
+            (mod.path, line, mod.name, mod.key, installer) for line, installer in mod.abort_hook]
+        self._hook = None
         self._names.setdefault(mod.name, []).append(mod)
         for alias in _path_aliases(mod.key):
             if alias != mod.name:
@@ -669,6 +671,28 @@ class Project:
         return self.classify_q(q, mod.key), name
 
     # ------------------------------------------------------------ propagation
+    @property
+    def abort_hook(self):
+        """``(path, line)`` of the first exception hook or exit handler of the tree that aborts
+        the job and is installed: at a module's top level (it runs on import), or by a function
+        that some function of the tree calls (pyuvsim's ``mpi.start_mpi()``, PyFR's
+        ``init_mpi()``); None when there is none. A function only offered to the project's users
+        (ASE's ``register_parallel_cleanup_function``) installs nothing the lint can count on."""
+        if self._hook is None:
+            self._hook = ()
+            called = None
+            for path, line, name, key, installer in sorted(self._hooks, key=lambda h: (h[0], h[1])):
+                if installer is not None:
+                    if called is None:
+                        called = {r[1] for ff in self.funcs.values() for r, _, _, _ in ff.calls if r[0] == "q"} | \
+                                 {(r[1], r[2]) for ff in self.funcs.values() for r, _, _, _ in ff.calls
+                                  if r[0] == "local"}
+                    if name + "." + installer not in called and (key, installer) not in called:
+                        continue
+                self._hook = (path, line)
+                break
+        return self._hook or None
+
     def propagate(self):
         """Fixpoints over the resolved call graph: ``witness`` (the collective a function
         reaches, or None, with ``via``: how) and ``ret_level`` (a function returning a

@@ -255,9 +255,10 @@ class ModuleFacts:
         self.words = {}
         #: plain names the module calls a distinctive collective method on (:func:`comm_receivers`)
         self.comm_receivers = _NOTHING
-        #: the line where the module installs an exception hook, when it also aborts the job
-        #: (:func:`abort_hook`), else 0
-        self.abort_hook = 0
+        #: the line where the module installs an exception hook or exit handler, when it also
+        #: aborts the job
+        #: (:func:`abort_hook`: ``((line, installer), ...)``)
+        self.abort_hook = ()
 
     def line_text(self, line):
         """The stripped source text of 1-based ``line`` without its trailing comment ('' when
@@ -628,7 +629,7 @@ def load_module(path, text=None, name=None):
     mod.local, imports, mod.words = scopes(tree)
     _imports(mod, imports)
     mod.comm_receivers = comm_receivers(mod)
-    if "excepthook" in text and ".Abort(" in text:
+    if ("excepthook" in text or "atexit" in text) and (".Abort(" in text or ".abort(" in text):
         mod.abort_hook = abort_hook(tree)
     defs = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
     for node in tree.body:
@@ -643,18 +644,34 @@ def load_module(path, text=None, name=None):
 
 
 def abort_hook(tree):
-    """The line of ``sys.excepthook = ...`` in a module that also calls a communicator's
-    ``Abort`` (pyuvsim's hook that calls ``mpi_comm.Abort(1)``; PyFR's, whose exit handler
-    aborts after an uncaught exception), else 0: an exception no caller catches ends every
-    rank of the job there."""
-    line = 0
+    """Where a module that also aborts the job installs a hook that runs on an exception no
+    caller catches: ``((line, installer), ...)`` for each ``sys.excepthook = ...`` and
+    ``atexit.register(...)`` (also as a decorator); ``installer`` is the name of the module's
+    top-level function that installs it, None at module level (it runs on import). Empty unless
+    the module calls a communicator's ``Abort`` (pyuvsim's hook calls ``mpi_comm.Abort(1)``;
+    PyFR's exit handler aborts after an uncaught exception) or a wrapper's ``abort`` on a
+    receiver named like a communicator (GPAW's exit handler calls ``world.abort(42)`` when
+    ``sys.last_type`` is set). Such an exception ends every rank of the job there."""
+    from hpc_hangkit.lint import collectives as C
+    sites = []
     aborts = False
-    for n in ast.walk(tree):
-        if isinstance(n, ast.Assign) and any(dotted(t) == ["sys", "excepthook"] for t in n.targets):
-            line = line or n.lineno
-        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "Abort":
-            aborts = True
-    return line if aborts else 0
+    for top in tree.body:
+        installer = top.name if isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
+        for n in ast.walk(top):
+            if isinstance(n, ast.Assign) and any(dotted(t) == ["sys", "excepthook"] for t in n.targets):
+                sites.append((n.lineno, installer))
+            elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute):
+                if n.func.attr == "Abort":
+                    aborts = True
+                elif n.func.attr == "abort":
+                    d = dotted(n.func.value)
+                    aborts = aborts or bool(d and C.COMMISH.search(d[-1]))
+                elif dotted(n.func) == ["atexit", "register"]:
+                    sites.append((n.lineno, installer))
+            elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
+                    any(dotted(d) == ["atexit", "register"] for d in n.decorator_list):
+                sites.append((n.lineno, None if n is top else installer))
+    return tuple(sorted(set(sites), key=lambda s: s[0])) if aborts else ()
 
 
 def comm_receivers(mod):

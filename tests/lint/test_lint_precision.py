@@ -3355,19 +3355,69 @@ def run(path):
         if not path.endswith(".yaml"):
             raise ValueError("not a config file")
     comm.bcast(path, root=0)
+
+
+def main(path):
+    from mpi import set_mpi_excepthook
+    set_mpi_excepthook(MPI.COMM_WORLD)
+    run(path)
 """,
 }
 
 
-@pytest.mark.parametrize("hook", [True, False])
-def test_a_raise_under_an_aborting_exception_hook_is_a_note(tmp_path, hook):
+#: GPAW's mpi.py: an exit handler that aborts through the project's own communicator wrapper
+#: when the interpreter is leaving on an uncaught exception
+ABORT_AT_EXIT = """
+import atexit
+import sys
+from mpi4py import MPI
+
+
+class Communicator:
+    def __init__(self, comm):
+        self.comm = comm
+
+    def abort(self, code):
+        self.comm.Abort(code)
+
+
+world = Communicator(MPI.COMM_WORLD)
+
+
+def cleanup():
+    if getattr(sys, "last_type", None) is not None:
+        world.abort(42)
+
+
+atexit.register(cleanup)
+"""
+
+
+@pytest.mark.parametrize("hook, line", [("excepthook", 11), ("atexit", 23), ("none", None),
+                                        ("atexit, not a communicator", None),
+                                        ("excepthook, never installed", None),
+                                        ("excepthook, in a test module", None)])
+def test_a_raise_under_an_aborting_exception_hook_is_a_note(tmp_path, hook, line):
     from hpc_hangkit.lint import lint_paths
     files = dict(ABORT_HOOK)
-    if not hook:
+    if hook == "none":
         files["mpi.py"] = files["mpi.py"].replace("        mpi_comm.Abort(1)\n", "        print(value)\n")
+    elif hook == "excepthook, never installed":
+        # offered to the project's users, installed by nothing in the tree (ASE's
+        # register_parallel_cleanup_function): no abort the lint can count on
+        files["run.py"] = files["run.py"].replace("    set_mpi_excepthook(MPI.COMM_WORLD)\n", "")
+    elif hook == "excepthook, in a test module":
+        # pytest catches what a test raises and runs on: the hook never sees it (GPAW's tests)
+        files["test_run.py"] = files.pop("run.py")
+    elif hook.startswith("atexit"):
+        files["mpi.py"] = ABORT_AT_EXIT
+        if hook != "atexit":
+            # an exit handler that stops a task of its own is no abort of the job
+            files["mpi.py"] = ABORT_AT_EXIT.replace("self.comm.Abort(code)", "pass").replace(
+                "world.abort(42)", "task.abort()")
     for name, src in files.items():
         (tmp_path / name).write_text(src)
     (f,) = lint_paths([str(tmp_path)], level="note").findings
     assert (f.code, f.line, f.related_line) == ("HK103", 10, 7)
-    assert f.severity == ("note" if hook else "error")
-    assert ("the exception hook at mpi.py:11 aborts the job" in f.message) == hook
+    assert f.severity == ("note" if line else "error")
+    assert ("the hook at mpi.py:%s aborts the job" % line in f.message) == bool(line)
