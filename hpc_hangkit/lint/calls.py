@@ -23,6 +23,38 @@ from hpc_hangkit.lint.taint import _first_and_last, _padding
 __all__ = ["Project", "call_ref"]
 
 
+def _method_ref(mod, cls, scope, parts):
+    """The :func:`call_ref` of dotted call ``parts`` when it is a method of an object built
+    from a class of the tree or an imported one (``ckpt = Checkpointer(d); ckpt.save()``,
+    ``self.model = Model(...)`` then ``self.model.save()``), else None. Such a call binds the
+    object to the method's ``self``: its first argument is the method's second parameter."""
+    if len(parts) == 2 or (len(parts) == 3 and parts[0] == "self"):
+        if parts[0] == "self":
+            typ = mod.attr_types.get((cls, parts[1])) if cls else None
+        else:
+            ff = mod.funcs.get(scope)
+            typ = ff.var_types.get(parts[0]) if ff is not None else None
+        if typ is not None:
+            if typ in mod.bases and typ not in mod.imports:
+                return ("cls", mod.key, typ, parts[-1])
+            q = qualify(mod, typ.split("."))
+            if q is not None:
+                return ("q", q + "." + parts[-1], mod.key)
+    return None
+
+
+def _first_arg(mod, ff, call):
+    """The position of ``call``'s first positional argument among the callee's parameters as
+    the facts count them (``self`` is bound separately for ``self.m()``, ``super().m()`` and
+    constructors): 1 for a method of an object built from a class (:func:`_method_ref`),
+    whose ``self`` the object takes; else 0."""
+    f = call.func
+    if f.__class__ is not ast.Attribute:
+        return 0
+    parts = dotted(f)
+    return 1 if parts and _method_ref(mod, ff.cls, ff.qualname, parts) is not None else 0
+
+
 def call_ref(mod, cls, scope, call):
     """A hashable reference to the callee of ``call`` in function ``scope`` (qualname) of
     module ``mod``, or None when it cannot name one: ``("q", qualified, module key)``,
@@ -38,20 +70,9 @@ def call_ref(mod, cls, scope, call):
         return None
     if parts[0] == "self" and len(parts) == 2 and cls:
         return ("self", mod.key, cls, parts[1])
-    if len(parts) == 2 or (len(parts) == 3 and parts[0] == "self"):
-        # a method of an object built from a tree class: `ckpt = Checkpointer(d); ckpt.save()`,
-        # `self.model = Model(...)` then `self.model.save()`
-        if parts[0] == "self":
-            typ = mod.attr_types.get((cls, parts[1])) if cls else None
-        else:
-            ff = mod.funcs.get(scope)
-            typ = ff.var_types.get(parts[0]) if ff is not None else None
-        if typ is not None:
-            if typ in mod.bases and typ not in mod.imports:
-                return ("cls", mod.key, typ, parts[-1])
-            q = qualify(mod, typ.split("."))
-            if q is not None:
-                return ("q", q + "." + parts[-1], mod.key)
+    ref = _method_ref(mod, cls, scope, parts)
+    if ref is not None:
+        return ref
     q = qualify(mod, parts)
     if q is not None:
         return ("q", q, mod.key)
@@ -251,7 +272,8 @@ class Project:
                         if params and handed_on and not dead:
                             # a parameter handed on as it is: what the callee's parameter holds
                             # comes from this function's callers (:meth:`_pass_through`)
-                            for k, a in [(i, a) for i, a in enumerate(n.args)] + \
+                            first = _first_arg(mod, ff, n) if n.args else 0
+                            for k, a in [(i + first, a) for i, a in enumerate(n.args)] + \
                                     [(k.arg, k.value) for k in n.keywords if k.arg]:
                                 if a.__class__ is _NAME and a.id in params and a.id not in ("self", "cls"):
                                     if not ff.passes:
@@ -1157,12 +1179,13 @@ class Project:
 
 def _handed(taint, mod, ff, call, ref):
     """``({param index or keyword: level}, [elem_args entries])`` that ``call`` (to tree
-    function ``ref``) hands its callee. What a callee can do with data is mostly iterate it:
+    function ``ref``) hands its callee (a position counted as :func:`_first_arg` says). What a callee can do with data is mostly iterate it:
     the trip-count level (a loader with a DistributedSampler: 0), as the values are at the
     call's line (not what is assigned later); an element of a tuple a tree call returns is
     resolved after propagation (:attr:`~hpc_hangkit.lint.model.FuncFacts.elem_args`)."""
     taint._at = call.lineno
-    handed = [(i, a) for i, a in enumerate(call.args) if not isinstance(a, ast.Starred)]
+    first = _first_arg(mod, ff, call) if call.args else 0
+    handed = [(i + first, a) for i, a in enumerate(call.args) if not isinstance(a, ast.Starred)]
     handed += [(k.arg, k.value) for k in call.keywords
                if k.arg and not C.is_display_keyword(k.arg) and not _flag(k.value)]
     lv = {}

@@ -3421,3 +3421,45 @@ def test_a_raise_under_an_aborting_exception_hook_is_a_note(tmp_path, hook, line
     assert (f.code, f.line, f.related_line) == ("HK103", 10, 7)
     assert f.severity == ("note" if line else "error")
     assert ("the hook at mpi.py:%s aborts the job" % line in f.message) == bool(line)
+
+
+#: GPAW's grid descriptor: a method of an object the caller built, handed this rank's array
+METHOD_OF_AN_OBJECT = """
+import torch.distributed as dist
+
+
+class Grid:
+    def __init__(self, comm):
+        self.comm = comm
+
+    def collect(self, a, out=None):
+        if self.comm.size == 1:
+            return a
+        self.comm.broadcast(a, 0)
+        return a
+
+
+class Waves:
+    def __init__(self, comm):
+        self.grid = Grid(comm)
+
+    def get(self, x):
+        mine = x[dist.get_rank()]
+        return self.grid.collect(mine)
+
+
+def get(comm, x):
+    grid = Grid(comm)
+    return grid.collect(x[dist.get_rank()])
+"""
+
+
+def test_a_method_of_a_built_object_binds_its_first_argument_after_self(tmp_path):
+    # `self.grid.collect(mine)` hands `mine` to `a`, not to `self`: `self.comm.size` stays
+    # the size of the communicator, the same on each of its members
+    silent(tmp_path, METHOD_OF_AN_OBJECT)
+    # and what `a` holds is what the caller hands it
+    src = METHOD_OF_AN_OBJECT.replace("        if self.comm.size == 1:\n",
+                                      "        if a.numel() == 0:  # BRANCH\n").replace(
+        "        self.comm.broadcast(a, 0)\n", "        self.comm.broadcast(a, 0)  # HERE\n")
+    expect(tmp_path, src, "HK202")
