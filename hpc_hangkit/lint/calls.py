@@ -77,9 +77,11 @@ def call_ref(mod, cls, scope, call):
     if q is not None:
         return ("q", q, mod.key)
     if len(parts) == 1:
-        inner = scope.rsplit(".", 1)[0] + "." if "." in scope else ""
+        # a sibling is seen only from a function's scope: a method's bare name is a global,
+        # never another method of its class (nor the method itself)
+        outer = scope.rsplit(".", 1)[0] if "." in scope else ""
         return ("local", mod.key, parts[0], (scope + "." + parts[0]) if scope != "<module>" else None,
-                (inner + parts[0]) if inner else None)
+                (outer + "." + parts[0]) if outer in mod.funcs else None)
     if len(parts) == 2 and parts[0] in mod.bases:
         return ("cls", mod.key, parts[0], parts[1])
     return None

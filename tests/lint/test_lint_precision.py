@@ -3463,3 +3463,37 @@ def test_a_method_of_a_built_object_binds_its_first_argument_after_self(tmp_path
                                       "        if a.numel() == 0:  # BRANCH\n").replace(
         "        self.comm.broadcast(a, 0)\n", "        self.comm.broadcast(a, 0)  # HERE\n")
     expect(tmp_path, src, "HK202")
+
+
+def test_a_bare_name_in_a_method_is_the_global_not_a_method_of_the_class(tmp_path):
+    # GPAW's susceptibility writer: the method and the module's file writer share a name
+    silent(tmp_path, """
+    import torch.distributed as dist
+
+
+    def write_modes(filename, data):
+        with open(filename, "w") as f:
+            f.write(str(data))
+
+
+    class Chi:
+        def write_modes(self, filename):
+            data = [0]
+            dist.all_gather_object(data, 1)
+            if dist.get_rank() == 0:
+                write_modes(filename, data)
+    """)
+    # a nested function's sibling is still its sibling
+    expect(tmp_path, """
+    import torch.distributed as dist
+
+
+    def outer(t):
+        def sync():
+            dist.all_reduce(t)
+
+        def step():
+            if dist.get_rank() == 0:  # BRANCH
+                sync()  # HERE
+        step()
+    """, "HK101")
