@@ -398,7 +398,11 @@ class Project:
                     if ref is not None:
                         ff.ret_calls.append(ref)
         if ff.kwarg is not None:
-            ff.forwards = any(x[3] is not None and x[3][4] == ff.kwarg for x in ff.calls)
+            va = node.args.vararg
+            both = (va.arg, ff.kwarg) if va is not None else None
+            ff.forwards = any(x[3] is not None and x[3][4] in (ff.kwarg, both) for x in ff.calls)
+            if both is not None and any(x[3] is not None and x[3][4] == both for x in ff.calls):
+                ff.varpos = (va.arg, len(node.args.posonlyargs) + len(node.args.args))
         if rets and ff.qualname != "<module>":
             kept = {r.id for r in rets if r.__class__ is _NAME and r.id in params} - {"self", "cls"}
             if kept:
@@ -982,10 +986,15 @@ class Project:
         fixpoint; afterwards its witness is taken from its remaining calls."""
         fwd = None
         if ff.forwards and not (info is not None and info[4]):
-            # the keywords this call gives that no named parameter takes: what `**kwargs` holds
+            # the keywords this call gives that no named parameter takes: what `**kwargs` holds;
+            # and the positional arguments beyond the named ones: what `*args` holds
+            first = ff.varpos[1] if ff.varpos is not None else None
             fwd = (tuple(k for k in info[1] if k not in ff.params),
-                   tuple((k, v) for k, v in info[2] if isinstance(k, str) and k not in ff.params)) \
-                if info is not None else ((), ())
+                   tuple((k, v) for k, v in info[2] if isinstance(k, str) and k not in ff.params) +
+                   tuple((k - first, v) for k, v in info[2] if isinstance(k, int) and first is not None
+                         and k >= first),
+                   max(0, info[0] - first) if first is not None else 0) \
+                if info is not None else ((), (), 0)
         if not ff.cond_ranges and fwd is None:
             return ff
         bound = 1 if (ff.cls and ff.params and ff.params[0] in ("self", "cls")
@@ -997,7 +1006,7 @@ class Project:
         if not binding and fwd is None:
             return ff
         key = (id(ff), tuple(sorted((k, type(v).__name__, repr(v)) for k, v in binding.items())),
-               None if fwd is None else (fwd[0], tuple((k, type(v).__name__, repr(v)) for k, v in fwd[1])))
+               None if fwd is None else (fwd[0], tuple((k, type(v).__name__, repr(v)) for k, v in fwd[1]), fwd[2]))
         spec = self.__dict__.setdefault("_spec", {})
         hit = spec.get(key)
         if hit is not None:
@@ -1017,7 +1026,8 @@ class Project:
         c.general = ff
         c.calls = [x for x in ff.calls if live(x[1], x[2])]
         if fwd is not None:
-            c.calls = [(r, line, col, _forwarded(inf, fwd) if inf is not None and inf[4] == ff.kwarg else inf)
+            hands = (ff.kwarg, (ff.varpos[0], ff.kwarg) if ff.varpos is not None else None)
+            c.calls = [(r, line, col, _forwarded(inf, fwd) if inf is not None and inf[4] in hands else inf)
                        for r, line, col, inf in c.calls]
         c.directs = [x for x in ff.directs if live(x[0], x[1])]
         c.direct, c.direct_line = (min(c.directs)[2], min(c.directs)[0]) if c.directs else (None, 0)
@@ -1596,7 +1606,8 @@ def call_info(mod, call):
     else ``(number of positional arguments, keyword names, ((position or keyword, constant),
     ...), explicit self, unpacked)``; explicit self: ``Class.method(obj, ...)`` on a class of the
     module; unpacked: ``*args``/``**kwargs`` (the defaults are then unknown): the name of the
-    mapping when the only unpacking is ``**name``, else True."""
+    mapping when the only unpacking is ``**name``; ``(args, kwargs)`` for ``f(*args, **kwargs)``
+    (those two unpackings and named keywords only), else True."""
     f = call.func
     explicit = isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id in mod.bases
     if not call.args and not call.keywords and not explicit:
@@ -1617,17 +1628,28 @@ def call_info(mod, call):
         names.append(k.arg)
         if isinstance(k.value, ast.Constant):
             consts.append((k.arg, k.value.value))
+    if unpacked is True and len(call.args) == 1 and isinstance(call.args[0].value if isinstance(
+            call.args[0], ast.Starred) else None, ast.Name):
+        stars = [k.value for k in call.keywords if k.arg is None]
+        if len(stars) == 1 and isinstance(stars[0], ast.Name):
+            unpacked = (call.args[0].value.id, stars[0].id)
     info = (len(call.args), tuple(names), tuple(consts), explicit, unpacked)
     return _INFOS.setdefault(info, info)  # one object per distinct shape: most calls share a few
 
 
 def _forwarded(info, fwd):
-    """:func:`call_info` of a call that hands on ``**kwargs``, with the caller's keywords ``fwd``
-    (``(names, ((name, constant), ...))``) in their place: a keyword the caller did not give is
-    not in ``kwargs``, so the callee's parameter keeps its default."""
-    npos, names, consts, explicit, _ = info
+    """:func:`call_info` of a call that hands on ``**kwargs`` (or ``*args, **kwargs``), with the
+    caller's arguments ``fwd`` (``(keywords, ((keyword or position, constant), ...), number of
+    positional arguments)``: those that no named parameter takes) in their place: a keyword the
+    caller did not give is not in ``kwargs``, so the callee's parameter keeps its default."""
+    npos, names, consts, explicit, unpacked = info
+    if isinstance(unpacked, tuple):
+        npos = npos - 1 + fwd[2]  # `*args` stands last among the positional arguments
+        given = consts + fwd[1]
+    else:
+        given = consts + tuple(kv for kv in fwd[1] if isinstance(kv[0], str))
     names = names + tuple(k for k in fwd[0] if k not in names)
-    consts = consts + tuple(kv for kv in fwd[1] if kv[0] not in names[:len(info[1])])
+    consts = tuple(kv for i, kv in enumerate(given) if i < len(consts) or kv[0] not in names[:len(info[1])])
     info = (npos, names, consts, explicit, False)
     return _INFOS.setdefault(info, info)
 

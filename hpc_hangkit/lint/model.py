@@ -68,7 +68,8 @@ class FuncFacts:
                  "directs", "cond_ranges", "tested", "general", "ret_agreed", "ret_uniform", "agreed_attrs",
                  "ret_elem_trips", "equal_count", "elem_args", "called", "p2p", "free_calls",
                  "uniform_params", "passes", "open_params", "ret_pad", "ret_fields", "agrees",
-                 "ret_direct", "ret_none", "ret_none_params", "rebinds", "keeps_none", "raise_at", "kwarg", "forwards")
+                 "ret_direct", "ret_none", "ret_none_params", "rebinds", "keeps_none", "raise_at", "kwarg", "forwards",
+                 "varpos")
 
     def __init__(self, module, qualname, cls, line, node, path=None):
         self.module = module
@@ -138,6 +139,11 @@ class FuncFacts:
         #: it hands its ``**kwargs`` on to a tree call (``filter_stats(stats, **kwargs)``): a caller's
         #: keywords reach that call (:meth:`~hpc_hangkit.lint.calls.Project.specialized`)
         self.forwards = False
+        #: ``(name of its *args parameter, number of its positional parameters)`` when it hands
+        #: its ``*args`` and ``**kwargs`` on as they are (``def GPAW(*args, **kwargs): return
+        #: AnyGPAW(*args, **kwargs)``): a caller's arguments beyond those positional parameters
+        #: reach that call; else None
+        self.varpos = None
         #: for a copy specialised to constant arguments: the function it was copied from, else None
         self.general = None
         #: its return value is agreed through a collective (``return bool(flag)`` after

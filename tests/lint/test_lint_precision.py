@@ -3497,3 +3497,48 @@ def test_a_bare_name_in_a_method_is_the_global_not_a_method_of_the_class(tmp_pat
                 sync()  # HERE
         step()
     """, "HK101")
+
+
+#: GPAW's lazy entry point: `GPAW(*args, **kwargs)` hands everything on to the real one, which
+#: reads (and broadcasts) a restart file only when it is given one
+FORWARDS_ALL = {
+    "pkg/__init__.py": """
+def Calc(*args, **kwargs):
+    from pkg.dft import Calc as AnyCalc
+    return AnyCalc(*args, **kwargs)
+""",
+    "pkg/dft.py": """
+from mpi4py import MPI
+
+world = MPI.COMM_WORLD
+
+
+def read(filename):
+    return world.bcast(open(filename).read() if world.rank == 0 else None)
+
+
+def Calc(filename=None, mode="fd", **kwargs):
+    if filename is not None:
+        return read(filename)
+    return mode
+""",
+    "run.py": """
+from mpi4py import MPI
+from pkg import Calc
+
+
+def run():
+    if MPI.COMM_WORLD.rank == 0:
+        return Calc(mode="pw")
+""",
+}
+
+
+@pytest.mark.parametrize("call, found", [('Calc(mode="pw")', False), ('Calc("x.gpw", mode="pw")', True),
+                                         ('Calc(filename="x.gpw")', True), ("Calc(None)", False)])
+def test_a_wrapper_that_hands_on_args_and_kwargs_hands_on_what_the_call_leaves_out(tmp_path, call, found):
+    files = dict(FORWARDS_ALL)
+    files["run.py"] = files["run.py"].replace('Calc(mode="pw")', call)
+    got = lint_tree(tmp_path, files)
+    assert [(f, c, line, branch) for f, c, line, branch in got if f == "run.py"] == (
+        [("run.py", "HK101", 8, 7)] if found else [])
