@@ -87,6 +87,14 @@ def _data_name(expr):
 _ITEMS_AS_THEY_ARE = {"tqdm", "trange", "list", "tuple", "iter"}
 
 
+def _rewraps(target, value):
+    """True for ``xs = tqdm(list(xs))``: a name assigned its own items, as they are, through
+    the calls of :func:`_items`."""
+    inner = _items(value)
+    return inner is not value and isinstance(target, ast.Name) and isinstance(inner, ast.Name) and \
+        inner.id == target.id
+
+
 def _items(e):
     """``e`` without the calls around it that hand on its items as they are
     (:data:`_ITEMS_AS_THEY_ARE`, with one positional argument and display keywords only):
@@ -200,6 +208,10 @@ class Taint:
                 if id(n) in self.single:
                     continue
                 conds = self.guards.get(id(n), ())
+                if conds and len(n.targets) == 1 and _rewraps(n.targets[0], n.value):
+                    # `if rank == 0: xs = tqdm(list(xs))`: the same items on every rank, a progress
+                    # bar on some: the branch decides only the display
+                    conds = ()
                 for t in n.targets:
                     assigns.extend(_pairs(t, n.value, conds))
                 if isinstance(n.value, ast.Call) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name):

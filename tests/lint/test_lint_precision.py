@@ -3542,3 +3542,29 @@ def test_a_wrapper_that_hands_on_args_and_kwargs_hands_on_what_the_call_leaves_o
     got = lint_tree(tmp_path, files)
     assert [(f, c, line, branch) for f, c, line, branch in got if f == "run.py"] == (
         [("run.py", "HK101", 8, 7)] if found else [])
+
+
+#: vLLM's CUDA-graph capture: a progress bar on the first rank only, over the same sizes
+PROGRESS_ON_RANK_ZERO = """
+import torch.distributed as dist
+from tqdm import tqdm
+
+
+class Runner:
+    def run(self, n):
+        dist.all_reduce(n)
+
+    def capture(self):
+        cases = reversed(self.sizes)
+        if dist.get_rank() == 0:
+            cases = tqdm(list(cases), desc="Capturing")
+        for n in cases:  # BRANCH
+            self.run(n)  # HERE
+"""
+
+
+def test_a_progress_bar_on_some_ranks_over_the_same_items_leaves_the_trip_count(tmp_path):
+    silent(tmp_path, PROGRESS_ON_RANK_ZERO)
+    # fewer items on rank 0: the loop's trip count is the rank's
+    expect(tmp_path, PROGRESS_ON_RANK_ZERO.replace("tqdm(list(cases), desc=", "tqdm(list(cases)[:1], desc="),
+           "HK105")
