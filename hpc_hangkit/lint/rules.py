@@ -291,13 +291,16 @@ class _Walker:
             return "%s() (reaches %s)" % (short, callee.witness)
         return None
 
-    def _own_group_size(self, st):
+    def _own_group_size(self, st, rest=()):
         """True when ``if`` statement ``st`` tests the size of a communicator (``comm.size > 1``,
         ``comm.Get_size()``) and is no longer rank-dependent without those sizes, and every
         collective its branches reach is a method of that same communicator, with no early exit
         in them: a group's size is the same on each of its members, and only they take part in
         its collectives (heat's `if leave_comm.size > 1: leave_comm.bcast(...)` after
-        ``leave_comm = comm.Split(rank // k, rank)``)."""
+        ``leave_comm = comm.Split(rank // k, rank)``). An early exit is allowed from a test in
+        the function's own body whose every later collective (``rest``: the statements after
+        it) is also a method of that communicator: its members all leave or all stay (GPAW's
+        ``if comm.size == 1: return self`` before ``comm.broadcast(...)``)."""
         sizes = {}
         for n in ast.walk(st.test):
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in _SIZE_CALLS \
@@ -312,12 +315,13 @@ class _Walker:
         groups = set(sizes.values())
         if len(groups) != 1:
             return False
-        calls = _calls_in([x for x in st.body + st.orelse if not isinstance(x, _DEFS)])
+        exits = self.exits_of(st.body)[0] | self.exits_of(st.orelse)[0]
+        if exits and (exits - {"return"} or not any(st is x for x in getattr(self.ff.node, "body", ()))):
+            return False
+        calls = _calls_in([x for x in st.body + st.orelse + (list(rest) if exits else []) if not isinstance(x, _DEFS)])
         witnessed = [c for c in calls if self.witness(c)]
         if not witnessed or any(not (isinstance(c.func, ast.Attribute) and tuple(dotted(c.func.value) or ()) in groups)
                                 for c in witnessed):
-            return False
-        if self.exits_of(st.body)[0] or self.exits_of(st.orelse)[0]:
             return False
 
         return self.taint.test_level_at(_without(st.test, sizes), st.lineno) == 0
@@ -1042,7 +1046,7 @@ class _Walker:
                                         "; its raise: %s:%d" % (os.path.basename(got[0]), got[1])))
         if isinstance(st, ast.If):
             lv = self.taint.test_level_at(st.test, st.lineno)
-            if lv and self._own_group_size(st):
+            if lv and self._own_group_size(st, rest):
                 lv = 0
             rc = _rank_compare(st.test)
             if lv and rc is not None and _decided(rc, self.rank_path) is not None:

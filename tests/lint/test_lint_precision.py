@@ -3568,3 +3568,33 @@ def test_a_progress_bar_on_some_ranks_over_the_same_items_leaves_the_trip_count(
     # fewer items on rank 0: the loop's trip count is the rank's
     expect(tmp_path, PROGRESS_ON_RANK_ZERO.replace("tqdm(list(cases), desc=", "tqdm(list(cases)[:1], desc="),
            "HK105")
+
+
+#: GPAW's Matrix.gather: each rank holds one communicator of a split, chosen by its rank; a
+#: one-member communicator has nothing to gather
+OWN_SIZE_RETURN = """
+from mpi4py import MPI
+
+
+class Layout:
+    def __init__(self, comms):
+        world = MPI.COMM_WORLD
+        self.comm = comms[world.rank % len(comms)]
+
+    def gather(self, data):
+        comm = self.comm
+        if comm.size == 1:
+            return data
+        data = comm.bcast(data, root=0)
+        return comm.gather(data, root=0)
+"""
+
+
+def test_an_early_return_on_a_communicators_size_before_its_own_collectives(tmp_path):
+    # every member of `comm` sees the same size: all of them return, or none
+    assert lint_tree(tmp_path, {"prog.py": OWN_SIZE_RETURN}) == []
+    # a collective of another communicator after it: the members of one-rank communicators
+    # never reach the world's barrier
+    src = OWN_SIZE_RETURN.replace("        return comm.gather(data, root=0)\n",
+                                  "        MPI.COMM_WORLD.Barrier()\n        return data\n")
+    assert lint_tree(tmp_path, {"prog.py": src}) == [("prog.py", "HK102", 14, 12), ("prog.py", "HK102", 15, 12)]
