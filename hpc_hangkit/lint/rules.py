@@ -236,6 +236,16 @@ def _without(e, parts):
     return _Fixed().visit(cp)
 
 
+def _sub_comm(parts):
+    """True for a dotted name that holds a communicator of part of the job by its spelling:
+    ``gd.comm``, ``self.kd.comm``, ``kpt_comm``; not a bare ``comm`` nor ``self.comm`` (often
+    the whole job's), nor anything that names the world."""
+    if any("world" in p.lower() for p in parts) or list(parts) in (["comm"], ["self", "comm"]):
+        return False
+    last = parts[-1].lower()
+    return last.endswith("_comm") or (last == "comm" and len(parts) >= 2)
+
+
 def _calls_in(exprs):
     out = []
     for e in exprs:
@@ -436,7 +446,8 @@ class _Walker:
                 at, _ = self._helper_collective(node)
                 group = self._group_of(at) if at is not None else None
             if (self._on_subgroup(node) and not self._tests_own_rank(node, line)) or \
-                    (group is not None and self._group_relative_test(line, group)):
+                    (group is not None and self._group_relative_test(line, group)) or \
+                    self._other_comm_rank(node, line):
                 on_group = True
         chain = self.chain(node) if isinstance(node, ast.Call) else ()
         msg = "%s %s (line %d: `%s`%s)" % (what, detail, line, self.mod.line_text(line), note)
@@ -544,6 +555,39 @@ class _Walker:
                       d[-1] in ("get_group", "get_process_group")):
                 return a
         return None
+
+    def _other_comm_rank(self, call, line):
+        """True when the rank-dependent test at ``line`` reads only this rank's number in
+        sub-communicators (``gd.comm.rank``, ``kpt_comm.rank``, ``self.kd.comm.Get_rank()``) other
+        than the one the collective runs on (``kpt_comm.gather(...)``, directly or in a helper
+        of this class), and no process-wide rank: the MPI counterpart of
+        :meth:`_group_relative_test`. Which ranks share a place in another communicator is the
+        layout's business (GPAW's k-point, band and domain communicators are the axes of one
+        Cartesian split: the members of one all share their rank in the others)."""
+        test = self._test_at(line)
+        if test is None:
+            return False
+        at = call
+        if self.taint.call_kind(call)[0] != "collective":
+            at, _ = self._helper_collective(call)
+            if at is None:
+                return False
+        recv = dotted(at.func.value) if isinstance(at.func, ast.Attribute) else None
+        if not recv or not _sub_comm(recv):
+            return False
+        reads = {}
+        for n in ast.walk(test):
+            if isinstance(n, ast.Attribute) and n.attr == "rank":
+                d = dotted(n.value)
+            elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "Get_rank" and \
+                    not n.args:
+                d = dotted(n.func.value)
+            else:
+                continue
+            if not d or not _sub_comm(d) or d == recv:
+                return False
+            reads[id(n)] = d
+        return bool(reads) and self.taint.test_level_at(_without(test, reads), line) == 0
 
     def _group_relative_test(self, line, group):
         """True when the rank-dependent test at ``line`` reads only this rank's place within a

@@ -3598,3 +3598,34 @@ def test_an_early_return_on_a_communicators_size_before_its_own_collectives(tmp_
     src = OWN_SIZE_RETURN.replace("        return comm.gather(data, root=0)\n",
                                   "        MPI.COMM_WORLD.Barrier()\n        return data\n")
     assert lint_tree(tmp_path, {"prog.py": src}) == [("prog.py", "HK102", 14, 12), ("prog.py", "HK102", 15, 12)]
+
+
+#: GPAW's XAS writer: the k-point communicator's ranks that are rank 0 of their domain gather;
+#: every member of one k-point communicator has the same domain rank (the axes of one split)
+OTHER_AXIS = """
+from mpi4py import MPI
+
+
+def write(gd, kpt_comm, a):
+    if gd.comm.rank == 0:  # BRANCH
+        kpt_comm.gather(a, root=0)  # HERE
+"""
+
+
+@pytest.mark.parametrize("test, collective, level", [
+    ("gd.comm.rank == 0", "kpt_comm.gather(a, root=0)", "note"),
+    ("self_kd.comm.Get_rank() == 0", "gd.comm.bcast(a, root=0)", "note"),
+    # the collective's own communicator: its members take different sides
+    ("gd.comm.rank == 0", "gd.comm.bcast(a, root=0)", "error"),
+    # a process-wide rank, or a communicator that may be the world's
+    ("MPI.COMM_WORLD.rank == 0", "kpt_comm.gather(a, root=0)", "error"),
+    ("comm.rank == 0", "kpt_comm.gather(a, root=0)", "error"),
+    ("gd.comm.rank == 0 and MPI.COMM_WORLD.rank < 4", "kpt_comm.gather(a, root=0)", "error"),
+])
+def test_a_rank_in_another_sub_communicator_is_a_note(tmp_path, test, collective, level):
+    from hpc_hangkit.lint import lint_paths
+    src = OTHER_AXIS.replace("gd.comm.rank == 0", test).replace("kpt_comm.gather(a, root=0)", collective)
+    src = src.replace("def write(gd, kpt_comm, a):", "def write(gd, kpt_comm, a, comm, self_kd):")
+    (tmp_path / "prog.py").write_text(textwrap.dedent(src))
+    (f,) = lint_paths([str(tmp_path)], level="note").findings
+    assert (f.code, f.line, f.related_line, f.severity) == ("HK101", marks(src, "HERE"), marks(src, "BRANCH"), level)
