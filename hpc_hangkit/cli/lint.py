@@ -36,9 +36,9 @@ def lint_cmd(paths, fmt, select, ignore, level, exclude, jobs, config_path):
     Levels: error (the deciding line names the rank), warning (rank-local data,
     or a rank dependence inferred through attributes and callers), note (the
     collective runs on a process group whose members the lint cannot resolve: an
-    MPI Split communicator, a group on another axis; or a raise in a project whose
-    exception hook or exit handler aborts the job; not reported unless asked
-    for: --level note).
+    MPI Split communicator, a group on another axis, a rank tested in another
+    sub-communicator; or a raise in a project whose exception hook or exit
+    handler aborts the job; not reported unless asked for: --level note).
     Each text line shows its level: `HK101 [error] ...`.
     Settings: [tool.hpc-hangkit.lint] select/ignore/exclude/collectives/rank_sources/level in
     pyproject.toml; --select or --ignore given here replaces both of the file's select and
