@@ -267,8 +267,11 @@ class ModuleFacts:
         self.abort_hook = ()
 
     def line_text(self, line):
-        """The stripped source text of 1-based ``line`` without its trailing comment ('' when
-        out of range)."""
+        """The stripped source text of 1-based ``line`` ('' when out of range)."""
+        return self.lines[line - 1].strip() if 0 < line <= len(self.lines) else ""
+
+    def code_text(self, line):
+        """:meth:`line_text` without its trailing comment (:func:`code_of`): what a finding quotes."""
         return code_of(self.lines[line - 1]) if 0 < line <= len(self.lines) else ""
 
     def ignored(self, line, code):

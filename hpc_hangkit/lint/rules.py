@@ -450,12 +450,12 @@ class _Walker:
                     self._other_comm_rank(node, line):
                 on_group = True
         chain = self.chain(node) if isinstance(node, ast.Call) else ()
-        msg = "%s %s (line %d: `%s`%s)" % (what, detail, line, self.mod.line_text(line), note)
+        msg = "%s %s (line %d: `%s`%s)" % (what, detail, line, self.mod.code_text(line), note)
         if chain:
             msg += "; the collective: " + " -> ".join(
                 "%s at %s:%d" % (w, os.path.basename(p), ln) for p, ln, _, w, _ in chain)
         self.out.append(Finding(code, self.mod.path, node.lineno, node.col_offset + 1, msg,
-                                line, self.mod.line_text(line), self.ff.qualname, chain,
+                                line, self.mod.code_text(line), self.ff.qualname, chain,
                                 inferred=code.startswith("HK1") and not direct, group=on_group,
                                 hooked=hooked))
 
