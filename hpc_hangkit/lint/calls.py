@@ -699,28 +699,6 @@ class Project:
         return self.classify_q(q, mod.key), name
 
     # ------------------------------------------------------------ propagation
-    @property
-    def abort_hook(self):
-        """``(path, line)`` of the first exception hook or exit handler of the tree that aborts
-        the job and is installed: at a module's top level (it runs on import), or by a function
-        that some function of the tree calls (pyuvsim's ``mpi.start_mpi()``, PyFR's
-        ``init_mpi()``); None when there is none. A function only offered to the project's users
-        (ASE's ``register_parallel_cleanup_function``) installs nothing the lint can count on."""
-        if self._hook is None:
-            self._hook = ()
-            called = None
-            for path, line, name, key, installer in sorted(self._hooks, key=lambda h: (h[0], h[1])):
-                if installer is not None:
-                    if called is None:
-                        called = {r[1] for ff in self.funcs.values() for r, _, _, _ in ff.calls if r[0] == "q"} | \
-                                 {(r[1], r[2]) for ff in self.funcs.values() for r, _, _, _ in ff.calls
-                                  if r[0] == "local"}
-                    if name + "." + installer not in called and (key, installer) not in called:
-                        continue
-                self._hook = (path, line)
-                break
-        return self._hook or None
-
     def propagate(self):
         """Fixpoints over the resolved call graph: ``witness`` (the collective a function
         reaches, or None, with ``via``: how) and ``ret_level`` (a function returning a
@@ -969,6 +947,28 @@ class Project:
         return ("forward of %s" % w) if w else None
 
     # ------------------------------------------------------------ queries (Taint, rules)
+    @property
+    def abort_hook(self):
+        """``(path, line)`` of the first exception hook or exit handler of the tree that aborts
+        the job and is installed: at a module's top level (it runs on import), or by a function
+        that some function of the tree calls (pyuvsim's ``mpi.start_mpi()``, PyFR's
+        ``init_mpi()``); None when there is none. A function only offered to the project's users
+        (ASE's ``register_parallel_cleanup_function``) installs nothing the lint can count on."""
+        if self._hook is None:
+            self._hook = ()
+            called = None
+            for path, line, name, key, installer in sorted(self._hooks, key=lambda h: (h[0], h[1])):
+                if installer is not None:
+                    if called is None:
+                        called = {r[1] for ff in self.funcs.values() for r, _, _, _ in ff.calls if r[0] == "q"} | \
+                                 {(r[1], r[2]) for ff in self.funcs.values() for r, _, _, _ in ff.calls
+                                  if r[0] == "local"}
+                    if name + "." + installer not in called and (key, installer) not in called:
+                        continue
+                self._hook = (path, line)
+                break
+        return self._hook or None
+
     def callee(self, mod, cls, scope, call):
         """The tree function ``call`` resolves to, or None; specialised to the call's constant
         arguments (:meth:`specialized`)."""

@@ -261,9 +261,8 @@ class ModuleFacts:
         self.words = {}
         #: plain names the module calls a distinctive collective method on (:func:`comm_receivers`)
         self.comm_receivers = _NOTHING
-        #: the line where the module installs an exception hook or exit handler, when it also
-        #: aborts the job
-        #: (:func:`abort_hook`: ``((line, installer), ...)``)
+        #: where the module installs an exception hook or exit handler, when it also aborts the
+        #: job (:func:`abort_hook`: ``((line, installer), ...)``)
         self.abort_hook = ()
 
     def line_text(self, line):
@@ -656,7 +655,8 @@ def abort_hook(tree):
     """Where a module that also aborts the job installs a hook that runs on an exception no
     caller catches: ``((line, installer), ...)`` for each ``sys.excepthook = ...`` and
     ``atexit.register(...)`` (also as a decorator); ``installer`` is the name of the module's
-    top-level function that installs it, None at module level (it runs on import). Empty unless
+    top-level function that installs it, None at module level (it runs on import), ``"<class>"``
+    in a class (no call of the tree is counted as installing it). Empty unless
     the module calls a communicator's ``Abort`` (pyuvsim's hook calls ``mpi_comm.Abort(1)``;
     PyFR's exit handler aborts after an uncaught exception) or a wrapper's ``abort`` on a
     receiver named like a communicator (GPAW's exit handler calls ``world.abort(42)`` when
@@ -665,7 +665,8 @@ def abort_hook(tree):
     sites = []
     aborts = False
     for top in tree.body:
-        installer = top.name if isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
+        installer = top.name if isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef)) else \
+            "<class>" if isinstance(top, ast.ClassDef) else None
         for n in ast.walk(top):
             if isinstance(n, ast.Assign) and any(dotted(t) == ["sys", "excepthook"] for t in n.targets):
                 sites.append((n.lineno, installer))

@@ -3396,7 +3396,8 @@ atexit.register(cleanup)
 @pytest.mark.parametrize("hook, line", [("excepthook", 11), ("atexit", 23), ("none", None),
                                         ("atexit, not a communicator", None),
                                         ("excepthook, never installed", None),
-                                        ("excepthook, in a test module", None)])
+                                        ("excepthook, in a test module", None),
+                                        ("atexit, from a method", None)])
 def test_a_raise_under_an_aborting_exception_hook_is_a_note(tmp_path, hook, line):
     from hpc_hangkit.lint import lint_paths
     files = dict(ABORT_HOOK)
@@ -3411,7 +3412,11 @@ def test_a_raise_under_an_aborting_exception_hook_is_a_note(tmp_path, hook, line
         files["test_run.py"] = files.pop("run.py")
     elif hook.startswith("atexit"):
         files["mpi.py"] = ABORT_AT_EXIT
-        if hook != "atexit":
+        if hook == "atexit, from a method":
+            # a method's installation is not counted: the lint does not follow which objects run it
+            files["mpi.py"] = ABORT_AT_EXIT.replace(
+                "atexit.register(cleanup)\n", "class Session:\n    def start(self):\n        atexit.register(cleanup)\n")
+        elif hook != "atexit":
             # an exit handler that stops a task of its own is no abort of the job
             files["mpi.py"] = ABORT_AT_EXIT.replace("self.comm.Abort(code)", "pass").replace(
                 "world.abort(42)", "task.abort()")
