@@ -1191,10 +1191,11 @@ class Project:
 
 def _handed(taint, mod, ff, call, ref):
     """``({param index or keyword: level}, [elem_args entries])`` that ``call`` (to tree
-    function ``ref``) hands its callee (a position counted as :func:`_first_arg` says). What a callee can do with data is mostly iterate it:
-    the trip-count level (a loader with a DistributedSampler: 0), as the values are at the
-    call's line (not what is assigned later); an element of a tuple a tree call returns is
-    resolved after propagation (:attr:`~hpc_hangkit.lint.model.FuncFacts.elem_args`)."""
+    function ``ref``) hands its callee (a position counted as :func:`_first_arg` says). What a
+    callee can do with data is mostly iterate it: the trip-count level (a loader with a
+    DistributedSampler: 0), as the values are at the call's line (not what is assigned later);
+    an element of a tuple a tree call returns is resolved after propagation
+    (:attr:`~hpc_hangkit.lint.model.FuncFacts.elem_args`)."""
     taint._at = call.lineno
     first = _first_arg(mod, ff, call) if call.args else 0
     handed = [(i + first, a) for i, a in enumerate(call.args) if not isinstance(a, ast.Starred)]

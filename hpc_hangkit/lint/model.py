@@ -68,8 +68,8 @@ class FuncFacts:
                  "directs", "cond_ranges", "tested", "general", "ret_agreed", "ret_uniform", "agreed_attrs",
                  "ret_elem_trips", "equal_count", "elem_args", "called", "p2p", "free_calls",
                  "uniform_params", "passes", "open_params", "ret_pad", "ret_fields", "agrees",
-                 "ret_direct", "ret_none", "ret_none_params", "rebinds", "keeps_none", "raise_at", "kwarg", "forwards",
-                 "varpos")
+                 "ret_direct", "ret_none", "ret_none_params", "rebinds", "keeps_none", "raise_at", "kwarg",
+                 "forwards", "varpos")
 
     def __init__(self, module, qualname, cls, line, node, path=None):
         self.module = module

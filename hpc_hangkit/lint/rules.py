@@ -87,9 +87,9 @@ class Finding(NamedTuple):
     #: forty-three projects were false alarms; docs/lint.md, "Severity")
     group: bool = False
     #: a raise before the collective in a tree that installs an exception hook or exit handler
-    #: that aborts the job: uncaught, the raise ends every rank; only a caller that catches it and goes on
-    #: leaves the others waiting. Reported at ``note`` level (measured: the nine such `error`
-    #: findings of pyuvsim, and PyFR's, were false alarms; so were GPAW's seven; docs/lint.md)
+    #: that aborts the job: uncaught, the raise ends every rank; only a caller that catches it
+    #: and goes on leaves the others waiting. Reported at ``note`` level (measured: the nine
+    #: such `error` findings of pyuvsim, PyFR's, and GPAW's nine were false alarms; docs/lint.md)
     hooked: bool = False
 
     @property
@@ -328,7 +328,8 @@ class _Walker:
         exits = self.exits_of(st.body)[0] | self.exits_of(st.orelse)[0]
         if exits and (exits - {"return"} or not any(st is x for x in getattr(self.ff.node, "body", ()))):
             return False
-        calls = _calls_in([x for x in st.body + st.orelse + (list(rest) if exits else []) if not isinstance(x, _DEFS)])
+        stmts = st.body + st.orelse + (list(rest) if exits else [])
+        calls = _calls_in([x for x in stmts if not isinstance(x, _DEFS)])
         witnessed = [c for c in calls if self.witness(c)]
         if not witnessed or any(not (isinstance(c.func, ast.Attribute) and tuple(dotted(c.func.value) or ()) in groups)
                                 for c in witnessed):
@@ -1288,7 +1289,8 @@ def _pytest_module(path):
     """True for a file pytest collects or runs as a plugin: ``test_*.py``, ``*_test.py``,
     ``conftest.py``."""
     base = os.path.basename(path)
-    return base == "conftest.py" or (base.endswith(".py") and (base.startswith("test_") or base.endswith("_test.py")))
+    return base == "conftest.py" or (base.endswith(".py") and (base.startswith("test_") or
+                                                               base.endswith("_test.py")))
 
 
 def _line_text(project, path, line, here):
