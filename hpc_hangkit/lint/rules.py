@@ -236,6 +236,19 @@ def _without(e, parts):
     return _Fixed().visit(cp)
 
 
+def _rank_reads(test):
+    """``[(node, receiver as dotted parts or None)]`` for each read of a communicator's rank in
+    expression ``test``: ``X.rank`` (also as the callee of ``X.rank()``) and ``X.Get_rank()``."""
+    out = []
+    for n in ast.walk(test):
+        if isinstance(n, ast.Attribute) and n.attr == "rank":
+            out.append((n, dotted(n.value)))
+        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "Get_rank" and \
+                not n.args:
+            out.append((n, dotted(n.func.value)))
+    return out
+
+
 def _sub_comm(parts):
     """True for a dotted name that holds a communicator of part of the job by its spelling:
     ``gd.comm``, ``self.kd.comm``, ``kpt_comm``; not a bare ``comm`` nor ``self.comm`` (often
@@ -502,13 +515,7 @@ class _Walker:
         recv = dotted(call.func.value) if isinstance(call.func, ast.Attribute) else None
         if test is None or not recv:
             return False
-        for n in ast.walk(test):
-            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("Get_rank", "rank"):
-                if dotted(n.func.value) == recv:
-                    return True
-            elif isinstance(n, ast.Attribute) and n.attr == "rank" and dotted(n.value) == recv:
-                return True
-        return False
+        return any(d == recv for _, d in _rank_reads(test))
 
     def _split_operand(self, at, where):
         """True when call ``at`` (in function ``where``) runs on a communicator that only a
@@ -577,14 +584,7 @@ class _Walker:
         if not recv or not _sub_comm(recv):
             return False
         reads = {}
-        for n in ast.walk(test):
-            if isinstance(n, ast.Attribute) and n.attr == "rank":
-                d = dotted(n.value)
-            elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "Get_rank" and \
-                    not n.args:
-                d = dotted(n.func.value)
-            else:
-                continue
+        for n, d in _rank_reads(test):
             if not d or not _sub_comm(d) or d == recv:
                 return False
             reads[id(n)] = d
