@@ -117,7 +117,10 @@ def _index_file(path):
     except (SyntaxError, ValueError, OSError, RecursionError) as e:
         return path, "%s: %s" % (type(e).__name__, e)
     one = Project()
-    one.facts(mod)
+    try:
+        one.facts(mod)
+    except RecursionError:
+        return path, _TOO_DEEP
     lines = len(mod.lines)
     # re-read below only where a collective is reached
     mod.tree, mod.local, mod.lines, mod.words = None, {}, [], {}
@@ -126,8 +129,14 @@ def _index_file(path):
     return path, (mod, one.foreign, lines)
 
 
+#: why a file whose facts or rules recursed too deep is left out (its error, as an unparsable file's)
+_TOO_DEEP = ("RecursionError: an expression or statement nested deeper than the lint follows (Python's "
+             "recursion limit); this file is not checked, the others are")
+
+
 def _check_key(key):
-    """The findings of module ``key`` of :data:`_PROJECT` (parsed again for the rules)."""
+    """The findings of module ``key`` of :data:`_PROJECT` (parsed again for the rules): a list
+    of findings, or :data:`_TOO_DEEP` when they recursed too deep."""
     from hpc_hangkit.lint.model import functions_of, load_module
     from hpc_hangkit.lint.rules import check_module
     mod = _PROJECT.modules[key]
@@ -138,6 +147,8 @@ def _check_key(key):
     mod.tree, mod.lines, mod.local = fresh.tree, fresh.lines, fresh.local
     try:
         return check_module(_PROJECT, mod)
+    except RecursionError:
+        return _TOO_DEEP
     finally:
         mod.tree, mod.lines, mod.local, mod.words = None, [], {}, {}
         for ff in mod.funcs.values():
@@ -188,8 +199,11 @@ def _lint(paths, select, ignore, exclude, jobs, levels):
         mod.has_p2p or any(ff.witness for ff in mod.funcs.values()))))
     _PROJECT = project
     try:
-        for found in _map(_check_key, keys, jobs if len(keys) > 1 else 1):
-            res.findings.extend(found)
+        for key, found in zip(keys, _map(_check_key, keys, jobs if len(keys) > 1 else 1)):
+            if isinstance(found, str):
+                res.errors.append((project.modules[key].path, found))
+            else:
+                res.findings.extend(found)
     finally:
         _PROJECT = None
 

@@ -37,11 +37,13 @@ def render_text(result):
             levels.append("%d %s%s" % (n, level, "" if n == 1 else "s"))
     hidden = sorted(result.below, key=LEVELS.index)
     below = ", ".join("%d %s%s" % (result.below[lv], lv, "" if result.below[lv] == 1 else "s") for lv in hidden)
-    out.append("%d finding%s%s in %d file%s (%d line%s)%s" % (
+    n_err = len(result.errors)
+    out.append("%d finding%s%s in %d file%s (%d line%s)%s%s" % (
         len(result.findings), "" if len(result.findings) == 1 else "s",
         " (%s)" % ", ".join(levels) if levels else "", result.files,
         "" if result.files == 1 else "s", result.lines, "" if result.lines == 1 else "s",
-        "; not shown: %s (--level %s)" % (below, hidden[-1]) if below else ""))
+        "; not shown: %s (--level %s)" % (below, hidden[-1]) if below else "",
+        "; %d file%s could not be checked (above)" % (n_err, "" if n_err == 1 else "s") if n_err else ""))
     return "\n".join(out) + "\n"
 
 
@@ -62,15 +64,20 @@ def _escape(text):
     return text.replace("\\", "\\\\").replace("[", "\\[").replace("]", "\\]")
 
 
+#: the base id of relative paths: the directory the lint ran in (``originalUriBaseIds``)
+_BASE = "%SRCROOT%"
+
+
 def _uri(path):
-    """A path as a SARIF ``artifactLocation.uri`` (a URI reference, RFC 3986): an absolute
-    path as a ``file://`` URI, a relative one as a relative reference; both percent-encoded
-    (a space, ``#`` or ``%`` in a name would otherwise make another URI)."""
+    """A path as a SARIF ``artifactLocation`` (its ``uri`` a URI reference, RFC 3986): an
+    absolute path as a ``file://`` URI, a relative one as a reference relative to
+    :data:`_BASE`; both percent-encoded (a space, ``#`` or ``%`` in a name would otherwise
+    make another URI)."""
     from urllib.parse import quote
     p = path.replace(os.sep, "/")
     if os.path.isabs(path):
-        return "file://" + quote(p)
-    return quote(p[2:] if p.startswith("./") else p)
+        return {"uri": "file://" + quote(p)}
+    return {"uri": quote(p[2:] if p.startswith("./") else p), "uriBaseId": _BASE}
 
 
 def render_sarif(result):
@@ -79,14 +86,17 @@ def render_sarif(result):
     collective's own line as a second location; the deciding branch, then each call on the
     way and the collective, as related locations, the message linking the branch and the
     collective), and one
-    tool notification per file that could not be parsed."""
+    tool notification (level ``error``) per file that could not be parsed; then the
+    invocation is not successful. Relative paths are relative to ``%SRCROOT%``, the current
+    directory (``originalUriBaseIds``)."""
+    from urllib.parse import quote
     codes = sorted(RULES)
     rules = [{"id": c, "name": RULES[c][0], "shortDescription": {"text": RULES[c][1]},
               "help": {"text": "%s: %s (wrong/right examples: %s)" % (c, RULES[c][1], _DOCS)},
               "defaultConfiguration": {"level": severity_of(c)}} for c in codes]
     results = []
     for f in result.findings:
-        loc = {"physicalLocation": {"artifactLocation": {"uri": _uri(f.path)},
+        loc = {"physicalLocation": {"artifactLocation": _uri(f.path),
                                     "region": {"startLine": f.line, "startColumn": f.col}}}
         locs = [loc]
         msg = f.message
@@ -95,7 +105,7 @@ def render_sarif(result):
             # with the call), and the message links to it and to the branch (embedded links
             # name relatedLocation ids; literal brackets are escaped)
             c = f.collective_at()
-            locs.append({"physicalLocation": {"artifactLocation": {"uri": _uri(c["path"])},
+            locs.append({"physicalLocation": {"artifactLocation": _uri(c["path"]),
                                               "region": {"startLine": c["line"], "startColumn": c["col"]}},
                          "message": {"text": "the collective: %s" % c["what"]}})
             msg = "%s. Branch: [line %d](1); the collective: [%s at %s:%d](%d)" % (
@@ -107,17 +117,20 @@ def render_sarif(result):
                     "call": "on the way: calls %s" % r.get("what"),
                     "collective": "the collective: %s" % r.get("what")}[r["role"]]
             rels.append({"id": i, "message": {"text": text},
-                         "physicalLocation": {"artifactLocation": {"uri": _uri(r["path"])},
+                         "physicalLocation": {"artifactLocation": _uri(r["path"]),
                                               "region": {"startLine": r["line"]}}})
         results.append({"ruleId": f.code, "ruleIndex": codes.index(f.code), "level": f.severity,
                         "message": {"text": msg}, "locations": locs, "relatedLocations": rels})
-    notes = [{"level": "warning", "message": {"text": "cannot check %s: %s" % (p, m)}} for p, m in result.errors]
+    notes = [{"level": "error", "message": {"text": "cannot check %s: %s" % (p, m)},
+              "locations": [{"physicalLocation": {"artifactLocation": _uri(p)}}]} for p, m in result.errors]
     notes += [{"level": "warning", "message": {"text": m},
-               "locations": [{"physicalLocation": {"artifactLocation": {"uri": _uri(p)}, "region": {"startLine": n}}}]}
+               "locations": [{"physicalLocation": {"artifactLocation": _uri(p), "region": {"startLine": n}}}]}
               for p, n, m in result.warnings]
     run = {"tool": {"driver": {"name": "hpc-hangkit lint", "version": __version__, "rules": rules}},
            "results": results,
-           "invocations": [{"executionSuccessful": True, "toolExecutionNotifications": notes}],
+           # a file left unchecked is a run that did not do all it was asked (as the exit status)
+           "invocations": [{"executionSuccessful": not result.errors, "toolExecutionNotifications": notes}],
+           "originalUriBaseIds": {_BASE: {"uri": "file://" + quote(os.getcwd().replace(os.sep, "/").rstrip("/") + "/")}},
            # what was asked for, and what was left out below it (SARIF has no field of its own)
            "properties": {"level": result.level, "below": result.below}}
     return json.dumps({"$schema": _SARIF_SCHEMA, "version": "2.1.0",

@@ -53,8 +53,11 @@ def test_exit_1_with_sarif_that_validates(tmp_path):
     assert res["ruleId"] == "HK101" and res["level"] == "error"
     assert res["locations"][0]["physicalLocation"]["region"]["startLine"] == 6
     assert res["relatedLocations"][0]["physicalLocation"]["region"]["startLine"] == 5
-    notes = doc["runs"][0]["invocations"][0]["toolExecutionNotifications"]
-    assert len(notes) == 1 and "bad.py" in notes[0]["message"]["text"]
+    inv = doc["runs"][0]["invocations"][0]
+    notes = inv["toolExecutionNotifications"]
+    assert len(notes) == 1 and "bad.py" in notes[0]["message"]["text"] and notes[0]["level"] == "error"
+    # the run did not check all it was asked to, as the exit status says
+    assert inv["executionSuccessful"] is False
     assert "bad.py: cannot check: SyntaxError" in r.stderr
 
 
@@ -293,9 +296,13 @@ def test_sarif_uris_are_file_uris_for_absolute_paths_and_encoded(tmp_path):
     assert uris and all(u.startswith("file:///") and " " not in u and "#" not in u for u in uris), uris
     assert {unquote(urlparse(u).path) for u in uris} == {str(d / "train.py")}
     rel = json.loads(lint("--format", "sarif", "train.py", cwd=str(d)).stdout)
-    (u,) = {loc["physicalLocation"]["artifactLocation"]["uri"]
+    (u,) = {(loc["physicalLocation"]["artifactLocation"]["uri"], loc["physicalLocation"]["artifactLocation"]["uriBaseId"])
             for res in rel["runs"][0]["results"] for loc in res["locations"]}
-    assert u == "train.py"
+    # relative to the directory the lint ran in, which the log names
+    assert u == ("train.py", "%SRCROOT%")
+    base = rel["runs"][0]["originalUriBaseIds"]["%SRCROOT%"]["uri"]
+    assert base.endswith("/") and unquote(urlparse(base).path) == str(d) + "/"
+    assert rel["runs"][0]["invocations"][0]["executionSuccessful"] is True
 
 
 def test_a_file_that_cannot_be_parsed_fails_the_run(tmp_path):
@@ -303,7 +310,26 @@ def test_a_file_that_cannot_be_parsed_fails_the_run(tmp_path):
     (tmp_path / "bad.py").write_text("def f(:\n")
     r = lint(str(tmp_path))
     assert r.returncode == 1, r.stdout + r.stderr
-    assert "bad.py: cannot check: SyntaxError" in r.stdout and "0 findings in 0 files" in r.stdout
+    assert "bad.py: cannot check: SyntaxError" in r.stdout
+    assert "0 findings in 0 files (0 lines); 1 file could not be checked (above)" in r.stdout
+
+
+def test_a_file_nested_too_deep_for_the_lint_is_reported_and_the_others_are_checked(tmp_path):
+    """A long chain of operators (a generated formula) that Python compiles but that recurses
+    past the lint's limit: that file is reported as not checked, the run fails, and the other
+    files' findings are all there, in every format."""
+    (tmp_path / "prog.py").write_text(WRONG)
+    (tmp_path / "gen.py").write_text("import torch.distributed as dist\n\ndef f(t):\n    y = %s\n    dist.barrier()\n"
+                                     % " + ".join(["t"] * 1500))
+    compile((tmp_path / "gen.py").read_text(), "gen.py", "exec")
+    r = lint(str(tmp_path))
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr
+    assert "gen.py: cannot check: RecursionError" in r.stdout
+    assert "prog.py:6:9: HK101 [error]" in r.stdout
+    doc = json.loads(lint("--format", "json", str(tmp_path)).stdout)
+    assert [f["path"].endswith("prog.py") for f in doc["findings"]] == [True]
+    assert [e["path"].endswith("gen.py") for e in doc["errors"]] == [True]
 
 
 HELPER = """
