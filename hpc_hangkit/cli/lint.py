@@ -18,7 +18,10 @@ def _codes(value):
 @click.option("--level", type=click.Choice(["error", "warning", "note"]), default=None,
               help="The least certain level reported (default: warning, or the file's `level`). note adds "
               "the findings on a process group whose members the lint cannot resolve (docs/lint.md).")
-@click.option("--exclude", multiple=True, metavar="GLOB", help="Skip files or directories matching GLOB (repeatable).")
+@click.option("--exclude", multiple=True, metavar="GLOB",
+              help="Skip files or directories matching GLOB (repeatable): by name (build), or by path "
+              "relative to the current directory or to the pyproject.toml's (tests/data/*). Applies to "
+              "files named on the command line too.")
 @click.option("--jobs", type=click.IntRange(min=1), default=None, metavar="N",
               help="Worker processes for parsing and checking files (default: the usable cores when there "
               "are 200 files or more, else 1). The findings do not depend on it.")
@@ -64,6 +67,8 @@ def lint_cmd(paths, fmt, select, ignore, level, exclude, jobs, config_path):
             cfg = load_config(pp)
         except (ValueError, OSError) as e:
             raise click.UsageError(str(e))
+    if select is not None and not _codes(select):
+        raise click.UsageError("--select is empty: name codes or prefixes (HK1,HK201), or leave it out for every rule")
     if select is not None or ignore is not None:
         # the command line's choice of codes is the whole choice: a code it selects is not
         # silently taken away again by the file's `ignore`
@@ -76,7 +81,8 @@ def lint_cmd(paths, fmt, select, ignore, level, exclude, jobs, config_path):
     result = lint_paths(list(paths) or ["."], select=sel, ignore=ign,
                         exclude=list(cfg.get("exclude", [])) + list(exclude),
                         collectives=cfg.get("collectives", []), rank_sources=cfg.get("rank_sources", []),
-                        jobs=jobs, level=level or cfg.get("level", "warning"))
+                        jobs=jobs, level=level or cfg.get("level", "warning"),
+                        exclude_roots=[os.getcwd()] + ([os.path.dirname(os.path.abspath(pp))] if pp else []))
     if result.files == 0 and not result.errors:
         # a gate pointed at the wrong folder must not pass: nothing was read
         raise click.UsageError("no Python file to check under %s%s" % (

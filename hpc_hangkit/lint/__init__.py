@@ -28,11 +28,13 @@ class LintResult:
 
 
 def lint_paths(paths, *, select=None, ignore=None, exclude=(), collectives=(), rank_sources=(), jobs=None,
-               level="warning"):
+               level="warning", exclude_roots=()):
     """Lint every ``*.py`` under ``paths`` (files or directories).
 
     ``select``/``ignore``: iterables of codes or code prefixes (``"HK1"``); ``exclude``:
-    glob patterns matched against each path and each directory name; ``collectives``:
+    glob patterns matched against each file's and directory's name, its path as given, and its
+    path relative to each directory of ``exclude_roots`` that holds it (a project's root: the
+    directory of its pyproject.toml); a file given by name is left out too; ``collectives``:
     extra collective names (see :func:`hpc_hangkit.lint.collectives.extend`); ``rank_sources``:
     extra names of calls/attributes whose value is the rank (see
     :func:`hpc_hangkit.lint.collectives.extend_rank_sources`); ``jobs``: worker processes for
@@ -62,7 +64,7 @@ def lint_paths(paths, *, select=None, ignore=None, exclude=(), collectives=(), r
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return _lint(paths, select, ignore, exclude, jobs, LEVELS[:LEVELS.index(level) + 1])
+        return _lint(paths, select, ignore, exclude, exclude_roots, jobs, LEVELS[:LEVELS.index(level) + 1])
     finally:
         if collecting:
             gc.enable()
@@ -169,14 +171,14 @@ def _comment_warnings(mod, out):
                             % (c, c, ", ".join(sorted(RULES)))))
 
 
-def _lint(paths, select, ignore, exclude, jobs, levels):
+def _lint(paths, select, ignore, exclude, exclude_roots, jobs, levels):
     global _PROJECT
     from hpc_hangkit.lint.calls import Project, set_tree_names
     from hpc_hangkit.lint.files import iter_files
 
     res = LintResult()
     project = Project()
-    files = list(iter_files(paths, exclude))
+    files = list(iter_files(paths, exclude, exclude_roots))
     jobs = _jobs(jobs, len(files))
     reach = []
     # the forked workers see it; forgotten when this run ends

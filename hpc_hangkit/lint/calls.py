@@ -432,8 +432,11 @@ class Project:
         if ff.qualname != "<module>":
             words = mod.words.get(id(node))
             ff.raises = (words is None or "raise" in words) and _raises(node.body)
-            if ff.raises and ff.cond_ranges:
-                ff.raise_at = _raises(node.body, every=True)
+            if ff.raises:
+                at = _raises(node.body, every=True)
+                ff.raise_line = at[0][0] if at else 0
+                if ff.cond_ranges:
+                    ff.raise_at = at
         if ff.marked and ff.direct is None:
             ff.direct = ff.qualname.rsplit(".", 1)[-1] + "()"
             ff.direct_line = ff.line
@@ -512,8 +515,15 @@ class Project:
             got = [agreed_value(r) for r in rets]
             # every return is an agreeing collective's result (`return comm.bcast(data)`), or
             # constant or agreed
-            ff.ret_uniform = True in got and all(
-                _returns_agreeing(mod, r) or (bool(agreed) and _uniform_return(r, nodes, agreed)) for r in rets)
+            fixed = [_returns_agreeing(mod, r) or (bool(agreed) and _uniform_return(r, nodes, agreed)) for r in rets]
+            # constants chosen by tests of agreed values only (`if total[0] > 0: return True`)
+            chosen = all(g is True or isinstance(r, ast.Constant) for r, g in zip(rets, got)) and \
+                _decided_by_agreed(ff.node, agreed)
+            ff.ret_uniform = (True in got or chosen) and all(fixed)
+            if not ff.ret_uniform and all(ok or (isinstance(g, set) and isinstance(r, ast.Call))
+                                          for r, g, ok in zip(rets, got, fixed)):
+                # the others are tree calls (`return allreduce_or(timed_out)`): decided after propagation
+                ff.ret_uniform = frozenset().union(*[g for g, ok in zip(got, fixed) if not ok])
             if True in got:
                 ff.ret_agreed = True
             else:
@@ -751,6 +761,7 @@ class Project:
                 caller.witness = ff.witness
                 caller.via = (line, ff)
                 frontier.append(caller)
+        self._uniform_returns(nodes)
         for attr in ("ret_level", "ret_direct"):
             # a caller that returns a callee's result returns at least its level
             work = [ff for ff in self.funcs.values() if getattr(ff, attr)]
@@ -764,6 +775,25 @@ class Project:
         self._hand_arguments()
         self._pass_through()
         self._agree_attributes()
+
+    def _uniform_returns(self, nodes):
+        """Decide :attr:`~hpc_hangkit.lint.model.FuncFacts.ret_uniform` where it waits on tree
+        calls: True when each of them resolves to a function that returns only constants and
+        agreed values (through any chain of such wrappers), else False. Such a function returns
+        nothing rank-dependent (``ret_level`` 0), whatever its arguments' levels."""
+        pending = [ff for ff in nodes if ff.ret_uniform and ff.ret_uniform is not True]
+        changed = True
+        while changed:
+            changed = False
+            for ff in pending:
+                if ff.ret_uniform is not True and all(
+                        getattr(self.resolve(r), "ret_uniform", False) is True for r in ff.ret_uniform):
+                    ff.ret_uniform = True
+                    ff.ret_level = ff.ret_direct = 0
+                    changed = True
+        for ff in pending:
+            if ff.ret_uniform is not True:
+                ff.ret_uniform = False
 
     def _agree_attributes(self):
         """Resolve :attr:`~hpc_hangkit.lint.model.FuncFacts.ret_agreed` through tree calls
@@ -1119,7 +1149,7 @@ class Project:
         ff = self.resolve(ref)
         if ff is None:
             return None
-        if ff.ret_uniform:
+        if ff.ret_uniform is True:
             return []  # it returns constants and agreed values only, whatever it is handed
         bound = 1 if ff.cls and ff.params and ff.params[0] in ("self", "cls") and ref[0] != "cls" else 0
         out = []
@@ -1475,6 +1505,46 @@ def _returns_agreeing(mod, r):
         return False
     kind, name = call_kind(mod, r)
     return kind == "collective" and name in _RETURN_AGREES
+
+
+def _decided_by_agreed(fn, agreed):
+    """True when every statement of function ``fn`` that holds a ``return`` is an ``if`` whose
+    test reads only locals in ``agreed`` (handed to an agreeing collective) and constants
+    (``Allreduce(local, total, op=LOR)`` then ``if total[0] > 0: return True``): which return
+    runs is the same on every rank."""
+    if not agreed:
+        return False
+    stack = list(fn.body)
+    while stack:
+        st = stack.pop()
+        if isinstance(st, ast.If):
+            if any(isinstance(x, ast.Return) for x in _stmts_under(st)):
+                if any(isinstance(x, (ast.Call, ast.NamedExpr)) for x in ast.walk(st.test)) or \
+                        not names_of(st.test) <= agreed:
+                    return False
+                stack += st.body + st.orelse
+        elif isinstance(st, _COMPOUND) and any(isinstance(x, ast.Return) for x in _stmts_under(st)):
+            return False
+    return True
+
+
+_COMPOUND = (ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try) + \
+    ((ast.TryStar,) if hasattr(ast, "TryStar") else ()) + ((ast.Match,) if hasattr(ast, "Match") else ())
+
+
+def _stmts_under(st):
+    """The statements inside compound statement ``st`` (nested functions and classes not entered)."""
+    out = []
+    stack = [st]
+    while stack:
+        n = stack.pop()
+        for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+            for c in getattr(n, field, ()) or ():
+                if isinstance(c, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    continue
+                out.append(c)
+                stack.append(c)
+    return out
 
 
 def _uniform_return(r, nodes, agreed):

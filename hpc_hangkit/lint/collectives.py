@@ -40,6 +40,15 @@ DISTINCT = {
     "allreduce", "Allreduce", "Barrier", "bcast", "Bcast", "allgather", "Allgather", "Allgatherv",
     "alltoall", "Alltoall", "Alltoallv", "Reduce", "Reduce_scatter", "Reduce_scatter_block",
     "Gather", "Gatherv", "Scatter", "Scatterv", "Scan", "Exscan", "Ibarrier", "Iallreduce",
+    # mpi4py: nonblocking (MPI-3: every rank must start them, in the same order), neighborhood,
+    # collective file I/O, one-sided windows, communicator duplication and topologies
+    "Ibcast", "Igather", "Igatherv", "Iscatter", "Iscatterv", "Iallgather", "Iallgatherv", "Ialltoall",
+    "Ialltoallv", "Ialltoallw", "Ireduce", "Ireduce_scatter", "Ireduce_scatter_block", "Iscan", "Iexscan",
+    "Alltoallw", "Neighbor_allgather", "Neighbor_allgatherv", "Neighbor_alltoall", "Neighbor_alltoallv",
+    "Neighbor_alltoallw", "neighbor_allgather", "neighbor_alltoall",
+    "Read_all", "Write_all", "Read_at_all", "Write_at_all", "Read_ordered", "Write_ordered", "Set_view",
+    "Allocate_shared", "Fence", "Dup", "Create_cart", "Create_graph", "Create_dist_graph",
+    "Create_dist_graph_adjacent", "Create_intercomm",
     # accelerate
     "wait_for_everyone", "gather_for_metrics", "pad_across_processes",
     # hpc_hangkit
@@ -49,7 +58,7 @@ DISTINCT = {
 #: receiver that looks like a communicator
 GENERIC = {"barrier", "broadcast", "gather", "scatter", "reduce", "scan", "exscan", "new_group",
            "new_subgroups", "new_subgroups_by_enumeration", "init_device_mesh", "init_process_group",
-           "destroy_process_group"}
+           "destroy_process_group", "Allocate"}
 #: a receiver name that looks like a communicator / strategy / accelerator
 COMMISH = re.compile(r"(^|_)(comm|mpi|world|strategy|accelerator|dist|pg|process_group|group|fabric|"
                      r"trainer|backend|communicator|hvd|deepspeed)s?$|^comm|^COMM_|comm$", re.I)
@@ -89,7 +98,7 @@ RANK_CALLS = {"get_rank", "get_local_rank", "get_node_local_rank", "get_global_r
 #: a function whose name says it answers with the rank or a rank test (``get_rank_and_world_size``,
 #: ``dist_rank``, ``rank_is_root``, ``is_main_process``, ``is_rank_zero``...)
 RANK_CALL_RE = re.compile(r"^_*(get_\w*rank\w*|\w+_rank|rank|rank_is_\w+|(if_|on_)?main_process|"
-                          r"is_(main|master|root_rank|rank_?(0|zero)|"
+                          r"is_(main|master|root_rank|rank_?(0|zero)|(global|world)_(main|master|primary)|"
                           r"global_zero|local_zero|local_main|leader|chief|first_rank|primary)\w*|"
                           r"(local_|global_)?rank_?(0|zero))$", re.I)
 #: names matching RANK_CALL_RE that are not the process's rank (a matrix's rank, peers, sizes,
@@ -99,6 +108,7 @@ NOT_RANK_RE = re.compile(r"matrix|lora|low_rank|^_*tensor_rank|sparse|src|dst|de
                          r"_for_|^_*rank_(zero|0)_|ranks$|ranks_|^_*get_\w*_(first|last)_rank$", re.I)
 #: attribute names that hold a rank test (``mpi.world.rank_is_root``)
 RANK_ATTR_RE = re.compile(r"^(rank_is_\w+|is_(rank_?(0|zero)|root_rank|main_rank|master_rank)|"
+                          r"is_(global|world)_(main|master|primary)(_process|_rank|_worker)?|"
                           r"(local|global|node|world|dist|my|proc|process|device|gpu)_rank)$")
 #: names and attributes that hold the rank (``self.rank``, ``args.local_rank``, ``accelerator.is_main_process``)
 RANK_NAMES = {"rank", "local_rank", "global_rank", "node_rank", "group_rank", "my_rank", "myrank", "rank_id",

@@ -28,7 +28,8 @@ def find_pyproject(start):
 def load_config(path):
     """The ``[tool.hpc-hangkit.lint]`` table of pyproject file ``path`` as a dict of lists, and
     ``level`` as a string (``{}`` when absent). Raises ``ValueError`` naming the file and key for
-    bad TOML, an unknown key, a value that is not a list of strings, or an unknown level."""
+    bad TOML (or not UTF-8), a misspelt table (``[tool.hpc_hangkit.lint]``), an unknown key, a
+    value that is not a list of strings, an empty ``select``, or an unknown level."""
     try:
         import tomllib
     except ImportError:  # Python < 3.11
@@ -36,9 +37,13 @@ def load_config(path):
     with open(path, "rb") as f:
         try:
             data = tomllib.load(f)
-        except tomllib.TOMLDecodeError as e:
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
             raise ValueError("%s: not valid TOML: %s" % (path, e))
-    ours = data.get("tool", {}).get("hpc-hangkit", {})
+    tool = data.get("tool", {}) if isinstance(data.get("tool"), dict) else {}
+    for k in tool:
+        if k != "hpc-hangkit" and k.replace("_", "-").lower() in ("hpc-hangkit", "hpchangkit", "hangkit"):
+            raise ValueError("%s: [tool.%s] is not read: the table is [tool.hpc-hangkit.lint]" % (path, k))
+    ours = tool.get("hpc-hangkit", {})
     if isinstance(ours, dict):
         for k in ours:
             if k != "lint":
@@ -57,5 +62,9 @@ def load_config(path):
                                  % (path, ", ".join('"%s"' % x for x in LEVELS), v))
         elif not isinstance(v, list) or not all(isinstance(x, str) for x in v):
             raise ValueError("%s: [tool.hpc-hangkit.lint] %s must be a list of strings" % (path, k))
+        elif k == "select" and not [x for x in v if x.strip()]:
+            # an empty choice is no choice: it would silently check every rule
+            raise ValueError("%s: [tool.hpc-hangkit.lint] select is empty: name codes or prefixes "
+                             "(\"HK1\"), or leave the key out for every rule" % path)
         out[k] = v
     return out

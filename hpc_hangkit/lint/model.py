@@ -68,7 +68,7 @@ class FuncFacts:
                  "directs", "cond_ranges", "tested", "general", "ret_agreed", "ret_uniform", "agreed_attrs",
                  "ret_elem_trips", "equal_count", "elem_args", "called", "p2p", "free_calls",
                  "uniform_params", "passes", "open_params", "ret_pad", "ret_fields", "agrees",
-                 "ret_direct", "ret_none", "ret_none_params", "rebinds", "keeps_none", "raise_at", "kwarg",
+                 "ret_direct", "ret_none", "ret_none_params", "rebinds", "keeps_none", "raise_at", "raise_line", "kwarg",
                  "forwards", "varpos")
 
     def __init__(self, module, qualname, cls, line, node, path=None):
@@ -133,6 +133,8 @@ class FuncFacts:
         #: with :attr:`cond_ranges` that :attr:`raises` (a specialised copy raises only where
         #: these are live)
         self.raise_at = ()
+        #: the line of its first ``raise`` outside a ``try`` of its own (0: none), for messages
+        self.raise_line = 0
         #: the name of its ``**kwargs`` parameter, or None
         a = getattr(node, "args", None)
         self.kwarg = a.kwarg.arg if a is not None and getattr(a, "kwarg", None) is not None else None
@@ -152,7 +154,10 @@ class FuncFacts:
         self.ret_agreed = False
         #: every value it returns is a constant or computed only from values agreed through a
         #: collective (``return flag`` where every assignment of ``flag`` is ``False`` or
-        #: ``agreed.item() == 1``): what it returns does not depend on its arguments' rank
+        #: ``agreed.item() == 1``): what it returns does not depend on its arguments' rank;
+        #: until :meth:`~hpc_hangkit.lint.calls.Project.propagate`, also the refs of the tree
+        #: calls it returns when every other return value is (``return allreduce_or(done)``):
+        #: True after it when each of them returns such values
         self.ret_uniform = False
         #: ``(class, attr) -> True or {refs}``: ``self.attr = <agreed value>`` in this function
         #: (the result of a collective, a local agreed through one, a tree call returning one)
@@ -305,15 +310,37 @@ def code_of(text):
     return text.strip()
 
 
+def _comments(lines):
+    """``{line: comment text}`` of the ``#`` comments of source ``lines`` that mention
+    hangkit, read by :mod:`tokenize`; None when the source does not tokenize (then each line
+    is read as it is)."""
+    import io
+    import tokenize
+    out = {}
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO("\n".join(lines) + "\n").readline):
+            if tok.type == tokenize.COMMENT and "hangkit" in tok.string:
+                out[tok.start[0]] = tok.string
+    except (tokenize.TokenError, SyntaxError):
+        return None
+    return out
+
+
 def parse_ignores(lines, bad=None):
     """``{line: {codes}}`` for every ``# hangkit: ignore[HK101,HK2]`` comment (codes or code
     prefixes; ``{"*"}`` for a bare ``# hangkit: ignore``). A ``# hangkit:`` comment of another
     form (``ignore HK201``, ``ignored``, ``ignore[]``) silences nothing: its line and text are
     appended to list ``bad`` when one is given."""
     out = {}
+    comments = _comments(lines)
     for i, text in enumerate(lines, 1):
         if "hangkit" not in text:
             continue
+        if comments is not None:
+            # the comment of the line, not `# hangkit:` written inside a string
+            text = comments.get(i)
+            if text is None:
+                continue
         m = _IGNORE.search(text)
         if not m:
             continue

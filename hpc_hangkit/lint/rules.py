@@ -89,7 +89,7 @@ class Finding(NamedTuple):
     #: a raise before the collective in a tree that installs an exception hook or exit handler
     #: that aborts the job: uncaught, the raise ends every rank; only a caller that catches it
     #: and goes on leaves the others waiting. Reported at ``note`` level (measured: the nine
-    #: such `error` findings of pyuvsim, PyFR's, and GPAW's nine were false alarms; docs/lint.md)
+    #: such `error` findings of pyuvsim, PyFR's, and GPAW's nine were false alarms; docs/lint-measured.md)
     hooked: bool = False
 
     @property
@@ -257,6 +257,32 @@ def _sub_comm(parts):
         return False
     last = parts[-1].lower()
     return last.endswith("_comm") or (last == "comm" and len(parts) >= 2)
+
+
+def _cond_contexts(exprs):
+    """``{id(call): ((test, holds, owner), ...)}`` for each call of ``exprs`` (not inside a
+    lambda) that runs only when tests decide so, outermost first: in a branch of a conditional
+    expression (``f() if c else g()``: ``c`` holds for ``f()``, not for ``g()``), or after an
+    operand of ``and`` (that operand holds) or ``or`` (it does not); ``owner`` is the
+    ``IfExp``/``BoolOp``. Calls that always run are left out."""
+    out = {}
+    stack = [(e, ()) for e in exprs]
+    while stack:
+        n, ctx = stack.pop()
+        if isinstance(n, _DEFS):
+            continue
+        if ctx and isinstance(n, ast.Call):
+            out[id(n)] = ctx
+        if isinstance(n, ast.IfExp):
+            stack += [(n.test, ctx), (n.body, ctx + ((n.test, True, n),)), (n.orelse, ctx + ((n.test, False, n),))]
+        elif isinstance(n, ast.BoolOp):
+            holds = isinstance(n.op, ast.And)
+            for v in n.values:
+                stack.append((v, ctx))
+                ctx = ctx + ((v, holds, n),)
+        else:
+            stack += [(c, ctx) for c in ast.iter_child_nodes(n)]
+    return out
 
 
 def _calls_in(exprs):
@@ -986,6 +1012,20 @@ class _Walker:
             stack.extend((c, in_loop, in_try) for c in ast.iter_child_nodes(n))
         return kinds, abort
 
+    def _raise_note(self, stmts):
+        """``"; its raise: f.py:12"`` when branch ``stmts`` raises only through a helper it calls
+        (no ``raise`` of its own): where the helper's raise is; else ``""``."""
+        if any(isinstance(n, ast.Raise) for st in stmts for n in ast.walk(st)):
+            return ""
+        calls = self._stmt_calls(stmts)
+        for st in stmts:
+            for n in ast.walk(st):
+                if id(n) in calls:
+                    callee = self.project.callee(self.mod, self.ff.cls, self.ff.qualname, n)
+                    if callee is not None and callee.raises and callee.raise_line:
+                        return "; its raise: %s:%d" % (os.path.basename(callee.path), callee.raise_line)
+        return ""
+
     @staticmethod
     def _stmt_calls(stmts):
         """Ids of the calls that are a statement of ``stmts`` or its whole assigned value
@@ -1055,6 +1095,30 @@ class _Walker:
                         ranked.append((st, pol, sig))
         return out
 
+    def expr_guards(self, ctx, line):
+        """The guards of a call that an expression evaluates only when tests hold (``ctx`` of
+        :func:`_cond_contexts`), read at ``line``: one per rank-dependent or rank-local test,
+        the call skipped where both branches of a conditional expression reach the same
+        collectives in the same order."""
+        out = ()
+        for test, holds, owner in ctx:
+            # a bare name as an operand of `and`/`or` is a switch more often than a container:
+            # its value's level, not the emptiness its name suggests (`self.dynamic_num_samples
+            # and any(gather_object(...))`)
+            bare = test.operand if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) else test
+            lv = self.taint.level_at(test, line) if isinstance(owner, ast.BoolOp) and \
+                isinstance(bare, (ast.Name, ast.Attribute)) else self.taint.test_level_at(test, line)
+            if not lv:
+                continue
+            skip = frozenset()
+            if isinstance(owner, ast.IfExp):
+                sides = [[(w, id(c)) for c in _calls_in([x]) for w in (self.witness(c),) if w]
+                         for x in (owner.body, owner.orelse)]
+                skip = frozenset().union(*_matched(*sides))
+            direct = lv < 2 or self.taint.direct_level(test) == 2
+            out += (_Guard(line, lv, "if" if holds else "else", skip, direct),)
+        return out
+
     def _polarity(self, t):
         """+1 for a test that holds on the chosen rank(s) (``rank == 0``, ``is_main``, ``rank in
         (-1, 0)``), -1 for one that holds on the others (``rank != 0``, ``not is_main``), None
@@ -1081,8 +1145,13 @@ class _Walker:
     def stmt(self, st, guards, loops, rest=(), end="fall"):
         if isinstance(st, _DEFS):
             return
-        for call in _calls_in(_header_exprs(st)):
-            self.call(call, guards, loops)
+        exprs = _header_exprs(st)
+        conds = None
+        for call in _calls_in(exprs):
+            if conds is None:
+                conds = _cond_contexts(exprs)
+            ctx = conds.get(id(call))
+            self.call(call, guards + self.expr_guards(ctx, st.lineno) if ctx else guards, loops)
         if not self.in_try and not self.members_only and self._stmt_calls([st]):
             got = self.helper_raise(st.value)
             if got is not None:
@@ -1154,7 +1223,8 @@ class _Walker:
                             continue
                         loop = loops[-1] if kind in ("continue", "break") and loops else None
                         sides = outer + (((side[0], side[1] == pol),) if side is not None else ())
-                        self.exits.append(_Exit(st.lineno, lv, kind, loop, abort, ga.direct, sides))
+                        note = self._raise_note(st.body if pol else st.orelse) if kind == "raise" else ""
+                        self.exits.append(_Exit(st.lineno, lv, kind, loop, abort, ga.direct, sides, note))
         elif isinstance(st, _LOOPS):
             if isinstance(st, ast.While):
                 lv = self.taint.while_level(st)

@@ -16,7 +16,7 @@ import ast
 import re
 
 from hpc_hangkit.lint import collectives as C
-from hpc_hangkit.lint.model import _NOT_CHILD, _params, dotted, nodes_of, qualify, walk_local
+from hpc_hangkit.lint.model import _NOT_CHILD, _params, defaults_of, dotted, nodes_of, qualify, walk_local
 
 __all__ = ["Taint", "call_kind", "fake_backend", "mentions_membership", "single_process", "RANK_DEPENDENT", "RANK_LOCAL",
            "CLEAN"]
@@ -1019,12 +1019,22 @@ class Taint:
         lv = self._truth_level(e)
         if lv < 2:
             inner = e.operand if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not) else e
-            if isinstance(inner, (ast.Name, ast.Attribute)) and _data_name(inner) and not self._agreed(inner):
+            if isinstance(inner, (ast.Name, ast.Attribute)) and _data_name(inner) and not self._agreed(inner) and \
+                    not self._switch(inner):
                 lv = max(lv, 1)
             elif lv == 0 and _emptiness(inner) and not self._fed_uniform(inner) and \
                     not self._gathered_size(inner):
                 lv = 1
         return lv
+
+    def _switch(self, e):
+        """True for a parameter of this function whose default is ``True`` or ``False`` and
+        that it never assigns (``def write(data, sep_files=False)``): a switch, not data named
+        like it, so its truth is not an emptiness test; what callers hand it is read as any
+        argument is."""
+        if not isinstance(e, ast.Name) or e.id in self.assigned:
+            return False
+        return isinstance(defaults_of(self.fn).get(e.id), bool)
 
     def _truth_level(self, e):
         """:meth:`level` of a condition, where a local name tested for its truth alone (``if
@@ -1356,7 +1366,7 @@ def _size_of(e):
     """True for the size of an array or tensor: ``x.numel()``, ``x.shape[0]``, ``x.size(0)``,
     ``x.size``. ``len(x)`` is not: on real code it is mostly the length of a list every rank
     built alike (parameter groups, buckets), and it raised the false alarms on the measured
-    projects (docs/lint.md)."""
+    projects (docs/lint-measured.md)."""
     if isinstance(e, ast.Call):
         f = e.func
         return isinstance(f, ast.Attribute) and (f.attr in _SIZE_METHODS or (f.attr == "size" and bool(e.args)))
@@ -2184,6 +2194,12 @@ def single_process(test, sizes=(), flags=()):
                                                 for v in inner.values):
             return "body"
         return None
+    if isinstance(inner, ast.Compare) and len(inner.ops) == 1 and not neg and \
+            isinstance(inner.ops[0], (ast.Is, ast.IsNot)) and _none(inner.comparators[0]) and \
+            _MPI_COMM.search((dotted(inner.left) or [""])[-1]):
+        # an MPI communicator that is None: run without MPI (toast's `if comm is None:`), one
+        # process; a torch group of None is the world's, so only communicator names count
+        return "body" if isinstance(inner.ops[0], ast.Is) else "orelse"
     if isinstance(inner, ast.Compare) and len(inner.ops) == 1 and not neg:
         left, op, right = inner.left, inner.ops[0], inner.comparators[0]
         if not ((_is_world_size(left) or (isinstance(left, ast.Name) and left.id in sizes)) and
@@ -2196,6 +2212,14 @@ def single_process(test, sizes=(), flags=()):
         if (isinstance(op, (ast.NotEq, ast.Gt)) and v == 1) or (isinstance(op, ast.GtE) and v == 2):
             return "orelse"
     return None
+
+
+#: the name of an MPI communicator (not a torch process group, whose None is the world's)
+_MPI_COMM = re.compile(r"^(comm|mpicomm|mpi_comm|comm_world|world_comm|\w+_comm)$")
+
+
+def _none(e):
+    return isinstance(e, ast.Constant) and e.value is None
 
 
 def distributed_flags(mod, cls):

@@ -7,7 +7,7 @@ when one finding names both the collective's line and the deciding branch's line
 expected code; every finding on a fixed or look-alike unit is a false alarm. The floors below
 are what the engine measured at the end of the session (a regression gate, not a goal):
 raise them when the engine improves. The table is printed (``pytest -s``) and recorded in
-docs/lint.md ("Measured on the corpus and real projects").
+docs/lint-measured.md ("Measured on the corpus and real projects").
 """
 import importlib.util
 import os

@@ -363,6 +363,28 @@ def test_a_malformed_ignore_silences_nothing_and_is_warned_of(tmp_path, comment)
     assert w["line"] == 8 and "silences nothing" in w["message"] and "warning:" in r.stderr
 
 
+def test_the_files_exclude_is_relative_to_its_project_wherever_the_lint_runs(tmp_path):
+    """The pyproject's ``exclude = ["vendored/*"]`` leaves vendored/ out when the lint runs
+    from a sub-directory, with --config from elsewhere, and for files named one by one (as a
+    pre-commit hook would name them)."""
+    proj = tmp_path / "proj"
+    (proj / "vendored").mkdir(parents=True)
+    (proj / "src").mkdir()
+    (proj / "vendored" / "other.py").write_text(WRONG)
+    (proj / "src" / "prog.py").write_text(WRONG)
+    (proj / "pyproject.toml").write_text('[tool.hpc-hangkit.lint]\nexclude = ["vendored/*"]\n')
+    paths = lambda r: sorted(os.path.normpath(line.split(":")[0]) for line in r.stdout.splitlines()[:-1])  # noqa: E731
+    assert paths(lint(".", cwd=str(proj))) == ["src/prog.py"]
+    assert paths(lint("..", cwd=str(proj / "src"))) == ["../src/prog.py"]
+    assert paths(lint("--config", str(proj / "pyproject.toml"), str(proj), cwd=str(tmp_path))) == \
+        [str(proj / "src" / "prog.py")]
+    assert paths(lint("src/prog.py", "vendored/other.py", cwd=str(proj))) == ["src/prog.py"]
+    # the command line's own --exclude is relative to where it runs
+    assert paths(lint("--exclude", "src/*", ".", cwd=str(proj))) == []  # nothing left: usage error
+    r = lint("--exclude", "src/*", ".", cwd=str(proj))
+    assert r.returncode == 2 and "(after exclude)" in r.stderr
+
+
 def test_an_ignore_of_a_code_no_rule_has_is_warned_of(tmp_path):
     (tmp_path / "prog.py").write_text(HELPER.format(branch="  # hangkit: ignore[HK999]", call="", collective=""))
     r = lint(str(tmp_path))
@@ -453,3 +475,32 @@ def test_level_chooses_the_least_certain_level_reported(tmp_path):
     (tmp_path / "pyproject.toml").write_text('[tool.hpc-hangkit.lint]\nlevel = "info"\n')
     r = lint(".", cwd=str(tmp_path))
     assert r.returncode == 2 and 'level must be one of "error", "warning", "note", not \'info\'' in r.stderr
+
+
+@pytest.mark.parametrize("content, says", [
+    (b'[tool.hpc_hangkit.lint]\nignore = ["HK1"]\n', "[tool.hpc_hangkit] is not read: the table is [tool.hpc-hangkit.lint]"),
+    (b'[tool.hpc-hangkit.lint]\nselect = []\n', "select is empty"),
+    (b'\xff\xfe[tool]\n', "pyproject.toml: not valid TOML"),
+])
+def test_a_settings_file_that_would_be_misread_is_refused_naming_it(tmp_path, content, says):
+    (tmp_path / "prog.py").write_text(WRONG)
+    (tmp_path / "pyproject.toml").write_bytes(content)
+    r = lint(".", cwd=str(tmp_path))
+    assert r.returncode == 2 and says in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_an_empty_select_is_bad_usage(tmp_path):
+    (tmp_path / "prog.py").write_text(WRONG)
+    r = lint("--select", "", str(tmp_path))
+    assert r.returncode == 2 and "--select is empty" in r.stderr
+
+
+def test_an_ignore_written_inside_a_string_is_not_a_comment(tmp_path):
+    (tmp_path / "prog.py").write_text(WRONG.replace(
+        "def evaluate(model):\n",
+        'HELP = "silence with # hangkit: ignore HK101"\nDOC = """\n# hangkit: ignore[HK101]\n"""\n\n'
+        "def evaluate(model):\n"))
+    r = lint(str(tmp_path))
+    # neither read as an ignore (the finding stays) nor warned of as a malformed one
+    assert "warning:" not in r.stdout and "HK101 [error]" in r.stdout, r.stdout

@@ -3055,7 +3055,7 @@ def initialize(rank):
 """
 
 
-#: the fourth blind round's error-level false alarms (sglang, torchtitan, dask-mpi; docs/lint.md),
+#: the fourth blind round's error-level false alarms (sglang, torchtitan, dask-mpi; docs/lint-measured.md),
 #: each silent shape with the change that makes the ranks part again (flagged)
 ROUND4 = {
     # dask-mpi: the root's side reaches its collectives through a coroutine it runs; the other
@@ -3634,3 +3634,169 @@ def test_a_rank_in_another_sub_communicator_is_a_note(tmp_path, test, collective
     (tmp_path / "prog.py").write_text(textwrap.dedent(src))
     (f,) = lint_paths([str(tmp_path)], level="note").findings
     assert (f.code, f.line, f.related_line, f.severity) == ("HK101", marks(src, "HERE"), marks(src, "BRANCH"), level)
+
+
+@pytest.mark.parametrize("line, code", [
+    ("x = dist.all_reduce(t) if rank == 0 else None", "HK101"),
+    ("x = None if rank != 0 else dist.all_reduce(t)", "HK101"),
+    ("x = rank == 0 and dist.barrier()", "HK101"),
+    ("x = rank != 0 or dist.barrier()", "HK101"),
+    ("x = t.numel() > 0 and dist.all_reduce(t)", "HK201"),
+])
+def test_a_collective_in_a_conditional_expression_or_after_and_or(tmp_path, line, code):
+    """A conditional expression and ``and``/``or`` are branches too: the collective runs only
+    where the test decides so."""
+    src = """
+import torch.distributed as dist
+
+def step(t):
+    rank = dist.get_rank()
+    t = t[rank:]
+    LINE  # BRANCH HERE
+    return x
+""".replace("LINE", line)
+    (f,) = [x for x in lint_tree(tmp_path, {"prog.py": src})]
+    assert f == ("prog.py", code, 7, 7)
+
+
+@pytest.mark.parametrize("line", [
+    "x = dist.all_reduce(t) if rank == 0 else dist.all_reduce(t)",  # both branches alike
+    "x = dist.is_initialized() and dist.barrier()",  # the same on every rank
+    "x = dist.all_reduce(t) if t.dtype == torch.float16 else None",
+    # ms-swift's GRPO trainer: a switch named like data, then a gather every rank runs
+    "x = dynamic_num_samples and any(dist.all_gather_object([None], t))",
+])
+def test_a_conditional_expression_every_rank_decides_alike_is_silent(tmp_path, line):
+    src = """
+import torch
+import torch.distributed as dist
+
+def step(t):
+    rank = dist.get_rank()
+    LINE
+    return x
+""".replace("LINE", line)
+    silent(tmp_path, src)
+
+
+#: mpi-sppy's FWPH: the time limit's test is all-reduced (logical or) in a helper, and a
+#: second helper returns what the first returns
+AGREED_THROUGH_A_WRAPPER = """
+import time
+import numpy as np
+from mpi4py import MPI
+
+
+class Solver:
+    def __init__(self):
+        self.comm = MPI.COMM_WORLD
+        self.start = time.perf_counter()
+
+    def allreduce_or(self, val):
+        local = np.array([val], dtype='int8')
+        total = np.zeros(1, dtype='int8')
+        self.comm.Allreduce(local, total, op=MPI.LOR)
+        if total[0] > 0:
+            return True
+        else:
+            return False
+
+    def timed_out(self):
+        return self.allreduce_or(time.perf_counter() - self.start >= 10)
+
+    def run(self):
+        for it in range(100):
+            if self.timed_out():  # BRANCH
+                break
+            self.comm.Barrier()  # HERE
+"""
+
+
+def test_a_wrapper_returning_an_agreed_decision_agrees_its_callers(tmp_path):
+    silent(tmp_path, AGREED_THROUGH_A_WRAPPER)
+    # the collective's result returned directly, through a wrapper of a module-level function
+    silent(tmp_path, """
+import time
+from mpi4py import MPI
+
+comm = MPI.COMM_WORLD
+
+def allreduce_or(val):
+    return comm.allreduce(val, op=MPI.LOR)
+
+def timed_out(start):
+    return allreduce_or(time.perf_counter() - start >= 10)
+
+def run(start):
+    for it in range(100):
+        if timed_out(start):
+            break
+        comm.Barrier()
+""")
+
+
+@pytest.mark.parametrize("change", [
+    # the decision read from this rank's input buffer, not the agreed output
+    ("        if total[0] > 0:\n", "        if local[0] > 0:\n"),
+    # the wrapper returns this rank's own value when the test fails
+    ("            return False\n", "            return val\n"),
+    # the wrapper returns its own per-rank test, not the helper's
+    ("        return self.allreduce_or(time.perf_counter() - self.start >= 10)\n",
+     "        self.allreduce_or(False)\n        return time.perf_counter() - self.start >= 10\n"),
+])
+def test_a_wrapper_whose_decision_is_not_all_agreed_still_flags(tmp_path, change):
+    src = AGREED_THROUGH_A_WRAPPER.replace(*change)
+    assert src != AGREED_THROUGH_A_WRAPPER
+    expect(tmp_path, src, "HK202")
+
+
+#: mpi-sppy's wxbarutils: a yes/no switch named like the data it steers
+SWITCH_NAMED_LIKE_DATA = """
+from mpi4py import MPI
+
+comm = MPI.COMM_WORLD
+
+
+def write(data, sep_files=False):
+    if sep_files:  # BRANCH
+        print(data)
+    else:
+        comm.gather(data, root=0)  # HERE
+"""
+
+
+def test_a_switch_parameter_named_like_data_is_not_data(tmp_path):
+    silent(tmp_path, SWITCH_NAMED_LIKE_DATA)
+    # a list of files defaults to None: its truth is whether this rank has any
+    expect(tmp_path, SWITCH_NAMED_LIKE_DATA.replace("sep_files=False", "sep_files=None"), "HK201")
+    # a rank-local value handed to the switch still counts, as any argument
+    src = SWITCH_NAMED_LIKE_DATA + "\n\ndef main(data):\n    write(data, sep_files=os.path.exists('out'))\n"
+    assert [f[1:] for f in lint_tree(tmp_path, {"prog.py": "import os\n" + src})] == \
+        [("HK201", marks(src, "HERE") + 1, marks(src, "BRANCH") + 1)]
+
+
+def test_a_raise_through_a_helper_under_a_rank_branch_names_the_helpers_raise(tmp_path):
+    from hpc_hangkit.lint import lint_paths
+    (tmp_path / "util.py").write_text(textwrap.dedent("""
+        def pad(n, limit):
+            if limit < 1:
+                raise ValueError("limit must be >= 1")
+            return n + limit
+    """))
+    (tmp_path / "prog.py").write_text(textwrap.dedent("""
+        from mpi4py import MPI
+        from util import pad
+
+        comm = MPI.COMM_WORLD
+
+        def main(limit):
+            if comm.Get_rank() == 0:
+                size = pad(3, limit)
+            else:
+                size = 0
+            comm.Barrier()
+            return size
+    """))
+    (f,) = lint_paths([str(tmp_path)], level="note").findings
+    assert (f.code, f.line, f.related_line) == ("HK103", 12, 8)
+    assert f.message.endswith("; its raise: util.py:4)"), f.message

@@ -4,7 +4,7 @@ A *unit* is what one lint run sees: a file ``cNN_name_<variant>.py``, or a folde
 ``cNN_name/<variant>/`` for a case that spans files. ``variant`` is ``bug`` (the program at
 the commit before its fix), ``fixed`` (after the fix) or ``alike`` (correct code that looks
 like the bug). A ``pNN_name_alike.py`` (no bug, no fix) is correct code in the shape of a
-false alarm the lint raised on the measured projects (docs/lint.md), kept so that the rule
+false alarm the lint raised on the measured projects (docs/lint-measured.md), kept so that the rule
 that silenced it stays. Header comments of the unit's files say what is expected:
 
 - ``# expect: HK101 collective=23 branch=19``: one finding of that code whose collective line
