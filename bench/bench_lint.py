@@ -1,4 +1,4 @@
-"""`hpc-hangkit lint` measured three ways (docs/lint.md "Measured", docs/performance.md "lint").
+"""`hpc-hangkit lint` measured three ways (docs/lint-measured.md, docs/performance.md "lint").
 
 1. ``corpus``: the corpus of real rank-divergence bugs (tests/lint/corpus/, scored by its
    score.py): recall with both lines named and false alarms on the fixed programs and the
@@ -13,10 +13,10 @@
    Target: >= 100k lines/s, <= 1 GiB.
 3. ``projects``: sixty-seven real training / MPI projects at pinned versions (the four chosen
    ones, and sixty-three more checked blind, each linted before any rule was written against
-   it: docs/lint.md), fetched here as
+   it: docs/lint-measured.md), fetched here as
    PyPI source distributions (``pip download --no-deps --no-binary :all: NAME==VER``; nothing is
    vendored): files, lines, findings per 1,000 lines, per code and per severity, and every
-   finding as ``path:line CODE branch-line`` so that the hand-judged table in docs/lint.md can be
+   finding as ``path:line CODE branch-line`` so that the hand-judged table in docs/lint-measured.md can be
    checked against it (``--check-judged`` compares the two and exits 1 on a difference).
 
     python bench/bench_lint.py [--only corpus,torch,projects] [--cache DIR] [--check-judged]
@@ -43,34 +43,34 @@ PROJECTS = [
     ("deepspeed", "0.16.2", "deepspeed"),
     ("horovod", "0.28.1", "horovod"),
     ("fairscale", "0.4.13", "."),
-    # the fifth, linted blind (before any rule was written against it): docs/lint.md
+    # the fifth, linted blind (before any rule was written against it): docs/lint-measured.md
     ("lightning", "2.4.0", "src"),
-    # the sixth, linted blind after the Lightning rules: docs/lint.md
+    # the sixth, linted blind after the Lightning rules: docs/lint-measured.md
     ("megatron-core", "0.12.0", "megatron"),
-    # the seventh, linted blind after the Megatron-Core rules: docs/lint.md
+    # the seventh, linted blind after the Megatron-Core rules: docs/lint-measured.md
     ("mosaicml", "0.28.0", "composer"),
-    # the eighth, linted blind after the Composer rules: docs/lint.md
+    # the eighth, linted blind after the Composer rules: docs/lint-measured.md
     ("pytorch-ignite", "0.5.5", "ignite"),
-    # the ninth, linted blind after the ignite rules: docs/lint.md
+    # the ninth, linted blind after the ignite rules: docs/lint-measured.md
     ("trl", "1.16.0", "trl"),
-    # the tenth, linted blind after the TRL rules: docs/lint.md
+    # the tenth, linted blind after the TRL rules: docs/lint-measured.md
     ("sentence-transformers", "6.3.0", "sentence_transformers"),
-    # the eleventh, linted blind after the sentence-transformers look: docs/lint.md (mpi4py)
+    # the eleventh, linted blind after the sentence-transformers look: docs/lint-measured.md (mpi4py)
     ("heat", "1.5.1", "heat"),
-    # five more, linted blind after the heat rules: docs/lint.md
+    # five more, linted blind after the heat rules: docs/lint-measured.md
     ("torchmetrics", "1.9.0", "src"),
     ("pylops-mpi", "0.2.0", "pylops_mpi"),
     ("nbodykit", "0.3.16", "nbodykit"),
     ("pymor", "2026.1.1", "src"),
     ("pysdc", "5.9", "pySDC"),
-    # four more, linted blind after those rules: docs/lint.md
+    # four more, linted blind after those rules: docs/lint-measured.md
     ("transformers", "4.57.1", "src/transformers"),
     ("espnet", "202511", "espnet2"),
     ("nanotron", "0.4", "src"),
     ("colossalai", "0.5.0", "colossalai"),
-    # one more, linted blind after those: docs/lint.md
+    # one more, linted blind after those: docs/lint-measured.md
     ("verl", "0.9.1", "verl"),
-    # eight more, linted blind after those (four torch, four mpi4py): docs/lint.md
+    # eight more, linted blind after those (four torch, four mpi4py): docs/lint-measured.md
     ("fairseq", "0.12.2", "fairseq,fairseq_cli"),
     ("litgpt", "0.5.13", "litgpt"),
     ("open_clip_torch", "3.3.0", "src"),
@@ -79,7 +79,7 @@ PROJECTS = [
     ("devito", "4.8.9", "devito"),
     ("dedalus", "3.0.4", "dedalus"),
     ("mpi4py-fft", "2.0.6", "mpi4py_fft"),
-    # eight more, linted blind after this round's first rules: docs/lint.md
+    # eight more, linted blind after this round's first rules: docs/lint-measured.md
     ("ultralytics", "8.4.190", "ultralytics"),
     ("lm_eval", "0.4.13", "lm_eval"),
     ("llm-foundry", "0.22.0", "llmfoundry"),
@@ -88,14 +88,14 @@ PROJECTS = [
     ("netket", "3.23.0", "netket"),
     ("schwimmbad", "0.4.2", "src"),
     ("ultranest", "4.6.3", "ultranest"),
-    # six more, linted blind after the second round's rules: docs/lint.md
+    # six more, linted blind after the second round's rules: docs/lint-measured.md
     ("axolotl", "0.21.0", "src"),
     ("speechbrain", "1.1.2", "speechbrain"),
     ("monai", "1.6.1", "monai"),
     ("pyfr", "3.1", "pyfr"),
     ("parcels", "4.0.2", "src"),
     ("shenfun", "4.3.0", "shenfun"),
-    # eight more, linted blind after the note level (five torch, three mpi4py): docs/lint.md
+    # eight more, linted blind after the note level (five torch, three mpi4py): docs/lint-measured.md
     ("sglang", "0.5.10", "sglang"),
     ("torchtitan", "0.3.0", "torchtitan"),
     ("nemo_toolkit", "3.0.0", "nemo"),
@@ -104,7 +104,7 @@ PROJECTS = [
     ("openmdao", "3.45.1", "openmdao"),
     ("mpi4jax", "0.9.1", "mpi4jax"),
     ("dask-mpi", "2026.3.0", "dask_mpi"),
-    # eight more, linted blind after the fourth round's rules (six torch, two MPI): docs/lint.md
+    # eight more, linted blind after the fourth round's rules (six torch, two MPI): docs/lint-measured.md
     ("fastai", "2.8.12", "fastai"),
     ("llamafactory", "0.9.5", "src"),
     ("peft", "0.21.2", "src"),
@@ -113,7 +113,7 @@ PROJECTS = [
     ("mmdet", "3.3.0", "mmdet"),
     ("ase", "3.29.0", "ase"),
     ("pyuvsim", "1.4.2", "src"),
-    # eight more, linted blind after the fifth round's rules (five torch, three MPI): docs/lint.md
+    # eight more, linted blind after the fifth round's rules (five torch, three MPI): docs/lint-measured.md
     ("gpaw", "26.7.0", "gpaw"),
     ("allennlp", "2.9.3", "allennlp"),
     ("vllm", "0.9.2", "vllm"),
@@ -292,9 +292,9 @@ _JUDGED = re.compile(r"^\|\s*\d+\s*\|\s*`([\w.-]+/[^`:]+:\d+)`\s*\|\s*(HK\d+)\s*
 
 
 def check_judged(seen):
-    """Compare the findings with the judged table in docs/lint.md (rows ``| n | `path:line` | CODE |``)."""
+    """Compare the findings with the judged table in docs/lint-measured.md (rows ``| n | `path:line` | CODE |``)."""
     judged = {}
-    with open(os.path.join(ROOT, "docs", "lint.md"), encoding="utf-8") as f:
+    with open(os.path.join(ROOT, "docs", "lint-measured.md"), encoding="utf-8") as f:
         for line in f:
             m = _JUDGED.match(line)
             if m:
