@@ -11,6 +11,7 @@ return value is rank-dependent. Stdlib only.
 """
 import ast
 import os
+import re
 
 from hpc_hangkit.lint import collectives as C
 from hpc_hangkit.lint.model import FUNC_RANKISH, FUNC_SIZE, FuncFacts, defaults_of, dotted, module_name, names_of, nodes_of, functions_of, qualify, walk_local
@@ -221,6 +222,8 @@ class Project:
             if not isinstance(n.value, ast.Call):
                 continue
             d = dotted(n.value.func)
+            if d and len(d) > 1 and d[-2][:1].isupper() and _FACTORY.match(d[-1]):
+                d = d[:-1]  # `Cls.instance()`, `Cls.from_config(c)`: an object of the class
             if not d or not d[-1][:1].isupper():
                 continue
             if isinstance(t, ast.Name):
@@ -1496,6 +1499,11 @@ def _agreed_expr(e, agreed):
              and id(x) not in skip}
     names -= {"bool", "int", "float", "True", "False", "None"}
     return names <= agreed
+
+
+#: class methods that, by the field's naming, hand back an object of their class (a singleton's
+#: accessor, an alternative constructor)
+_FACTORY = re.compile(r"^(instance|get_instance|getInstance|create|from_\w+)$")
 
 
 def _returns_agreeing(mod, r):

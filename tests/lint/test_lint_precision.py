@@ -3800,3 +3800,52 @@ def test_a_raise_through_a_helper_under_a_rank_branch_names_the_helpers_raise(tm
     (f,) = lint_paths([str(tmp_path)], level="note").findings
     assert (f.code, f.line, f.related_line) == ("HK103", 12, 8)
     assert f.message.endswith("; its raise: util.py:4)"), f.message
+
+
+#: rtg's trainer (blind recall round 3, t02): a singleton reached through its class method, and
+#: the early stop decided on the main rank only
+SINGLETON = """
+import os
+import torch.distributed as dist
+
+
+class Distrib:
+    _instance = None
+
+    def __init__(self):
+        self.global_rank = int(os.environ.get('RANK', '-1'))
+
+    @classmethod
+    def instance(cls):
+        if not cls._instance:
+            cls._instance = cls()
+        return cls._instance
+
+    @property
+    def is_global_main(self):
+        return self.global_rank <= 0
+
+    def barrier(self):
+        dist.barrier()
+
+
+def train(batches, stopper):
+    distr = Distrib.instance()
+    for batch in batches:
+        if distr.is_global_main:
+            if stopper.is_stop():  # BRANCH
+                break
+        distr.barrier()  # HERE
+"""
+
+
+@pytest.mark.parametrize("make", ["Distrib.instance()", "Distrib.from_env(os.environ)"])
+def test_an_object_from_a_class_methods_accessor_is_of_that_class(tmp_path, make):
+    src = SINGLETON.replace("Distrib.instance()", make)
+    found = lint_tree(tmp_path, {"prog.py": src})
+    assert [f[1:] for f in found] == [("HK102", marks(src, "HERE"), marks(src, "BRANCH") - 1)], found
+
+
+def test_an_object_from_another_class_method_is_not_typed(tmp_path):
+    # `Distrib.count()` names no accessor: what it returns is not known to be a Distrib
+    silent(tmp_path, SINGLETON.replace("Distrib.instance()", "Distrib.count()"))
