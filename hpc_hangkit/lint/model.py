@@ -653,11 +653,21 @@ def _visit(body, prefix, cls, out):
 
 def load_module(path, text=None, name=None):
     """Parse ``path`` into a :class:`ModuleFacts` (tree kept). Raises ``SyntaxError``,
-    ``ValueError`` (null bytes) or ``OSError`` (unreadable); ``text`` skips the read."""
+    ``ValueError`` (null bytes; text that is not in the file's encoding, which Python would
+    refuse to import) or ``OSError`` (unreadable); ``text`` skips the read. The encoding is
+    Python's: a BOM or a ``# coding:`` line, else UTF-8."""
     if text is None:
         with open(path, "rb") as f:
             raw = f.read()
-        text = raw.decode("utf-8", errors="replace")
+        import io
+        import tokenize
+        try:
+            enc, _ = tokenize.detect_encoding(io.BytesIO(raw).readline)
+            text = raw.decode(enc)
+        except (UnicodeDecodeError, LookupError) as e:
+            raise ValueError("not readable as Python source: %s" % e)
+        if text.startswith("\ufeff"):
+            text = text[1:]
     tree = ast.parse(text, filename=path)
     mod = ModuleFacts(path, name or module_name(path), tree, text,
                       is_package=os.path.basename(path) == "__init__.py")

@@ -504,3 +504,11 @@ def test_an_ignore_written_inside_a_string_is_not_a_comment(tmp_path):
     r = lint(str(tmp_path))
     # neither read as an ignore (the finding stays) nor warned of as a malformed one
     assert "warning:" not in r.stdout and "HK101 [error]" in r.stdout, r.stdout
+
+
+def test_a_file_python_would_not_decode_is_not_checked_and_a_declared_encoding_is_read(tmp_path):
+    (tmp_path / "bad.py").write_bytes(b'import torch.distributed as dist\nx = "\xff"\n')
+    (tmp_path / "latin.py").write_bytes(b"# -*- coding: latin-1 -*-\n" + WRONG.encode() + b'NAME = "\xe9"\n')
+    r = lint(str(tmp_path))
+    assert r.returncode == 1
+    assert "bad.py: cannot check:" in r.stdout and "latin.py:7:9: HK101 [error]" in r.stdout, r.stdout
