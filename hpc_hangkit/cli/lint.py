@@ -5,16 +5,19 @@ import sys
 import click
 
 
-def _codes(value):
-    return [c.strip() for c in (value or "").split(",") if c.strip()]
+def _codes(values):
+    """The codes of repeated comma-separated option values (``("HK1,HK201", "HK3")``)."""
+    return [c.strip() for v in values or () for c in v.split(",") if c.strip()]
 
 
 @click.command("lint")
 @click.argument("paths", nargs=-1, type=click.Path(exists=True))
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "sarif"]), default="text", show_default=True,
               help="Output format (sarif: SARIF 2.1.0 for code-scanning UIs).")
-@click.option("--select", default=None, metavar="CODES", help="Only these codes or prefixes, comma-separated (HK1,HK201).")
-@click.option("--ignore", default=None, metavar="CODES", help="Leave out these codes or prefixes, comma-separated.")
+@click.option("--select", multiple=True, metavar="CODES",
+              help="Only these codes or prefixes, comma-separated (HK1,HK201); repeatable.")
+@click.option("--ignore", multiple=True, metavar="CODES",
+              help="Leave out these codes or prefixes, comma-separated; repeatable.")
 @click.option("--level", type=click.Choice(["error", "warning", "note"]), default=None,
               help="The least certain level reported (default: warning, or the file's `level`). note adds "
               "the findings on a process group whose members the lint cannot resolve (docs/lint.md).")
@@ -26,8 +29,8 @@ def _codes(value):
               help="Worker processes for parsing and checking files (default: the usable cores when there "
               "are 200 files or more, else 1). The findings do not depend on it.")
 @click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="pyproject.toml to read [tool.hpc-hangkit.lint] from (default: the nearest one above the "
-              "current directory).")
+              help="pyproject.toml to read [tool.hpc-hangkit.lint] from (default: the nearest one at or above the "
+              "current directory that has a [tool.hpc-hangkit] table).")
 def lint_cmd(paths, fmt, select, ignore, level, exclude, jobs, config_path):
     """Find collectives that only some ranks reach, in Python sources (default PATH: .).
 
@@ -67,9 +70,9 @@ def lint_cmd(paths, fmt, select, ignore, level, exclude, jobs, config_path):
             cfg = load_config(pp)
         except (ValueError, OSError) as e:
             raise click.UsageError(str(e))
-    if select is not None and not _codes(select):
+    if select and not _codes(select):
         raise click.UsageError("--select is empty: name codes or prefixes (HK1,HK201), or leave it out for every rule")
-    if select is not None or ignore is not None:
+    if select or ignore:
         # the command line's choice of codes is the whole choice: a code it selects is not
         # silently taken away again by the file's `ignore`
         sel, ign, where = _codes(select) or None, _codes(ignore) or None, "the command line"

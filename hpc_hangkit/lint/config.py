@@ -13,12 +13,22 @@ KEYS = ("select", "ignore", "exclude", "collectives", "rank_sources", "level")
 
 
 def find_pyproject(start):
-    """The nearest ``pyproject.toml`` at or above directory ``start``, or None."""
+    """The nearest ``pyproject.toml`` at or above directory ``start`` that mentions a
+    ``[tool.hpc-hangkit...]`` table (a sub-project's own pyproject without one does not hide
+    its parent's settings), or None. An unreadable file is taken, so that reading it reports why."""
     d = os.path.abspath(start)
     while True:
         p = os.path.join(d, "pyproject.toml")
         if os.path.isfile(p):
-            return p
+            try:
+                with open(p, "rb") as f:
+                    data = f.read()
+                # the misspelt table counts: reading it says what is wrong
+                ours = b"hpc-hangkit" in data or b"hpc_hangkit" in data
+            except OSError:
+                ours = True
+            if ours:
+                return p
         up = os.path.dirname(d)
         if up == d:
             return None
@@ -47,7 +57,9 @@ def load_config(path):
     if isinstance(ours, dict):
         for k in ours:
             if k != "lint":
-                raise ValueError("%s: unknown table [tool.hpc-hangkit.%s] (known: [tool.hpc-hangkit.lint])" % (path, k))
+                what = "table [tool.hpc-hangkit.%s]" % k if isinstance(ours[k], dict) else \
+                    "key %r in [tool.hpc-hangkit]" % k
+                raise ValueError("%s: unknown %s (the settings go in [tool.hpc-hangkit.lint])" % (path, what))
     table = ours.get("lint", {}) if isinstance(ours, dict) else {}
     if not isinstance(table, dict):
         raise ValueError("%s: [tool.hpc-hangkit.lint] must be a table" % path)

@@ -480,7 +480,8 @@ def test_level_chooses_the_least_certain_level_reported(tmp_path):
 @pytest.mark.parametrize("content, says", [
     (b'[tool.hpc_hangkit.lint]\nignore = ["HK1"]\n', "[tool.hpc_hangkit] is not read: the table is [tool.hpc-hangkit.lint]"),
     (b'[tool.hpc-hangkit.lint]\nselect = []\n', "select is empty"),
-    (b'\xff\xfe[tool]\n', "pyproject.toml: not valid TOML"),
+    (b'\xff\xfe[tool.hpc-hangkit.lint]\n', "pyproject.toml: not valid TOML"),
+    (b'[tool.hpc-hangkit]\nfoo = 1\n', "unknown key 'foo' in [tool.hpc-hangkit]"),
 ])
 def test_a_settings_file_that_would_be_misread_is_refused_naming_it(tmp_path, content, says):
     (tmp_path / "prog.py").write_text(WRONG)
@@ -512,3 +513,25 @@ def test_a_file_python_would_not_decode_is_not_checked_and_a_declared_encoding_i
     r = lint(str(tmp_path))
     assert r.returncode == 1
     assert "bad.py: cannot check:" in r.stdout and "latin.py:7:9: HK101 [error]" in r.stdout, r.stdout
+
+
+def test_select_and_ignore_repeat(tmp_path):
+    (tmp_path / "prog.py").write_text(WRONG + textwrap.dedent("""
+        import os
+        def resume(p, t):
+            if os.path.exists(p):
+                dist.broadcast(t, 0)
+        """))
+    codes = lambda r: sorted(line.split()[1] for line in r.stdout.splitlines()[:-1])  # noqa: E731
+    assert codes(lint("--select", "HK101", "--select", "HK201", str(tmp_path))) == ["HK101", "HK201"]
+    assert codes(lint("--ignore", "HK101", "--ignore", "HK201", str(tmp_path))) == []
+
+
+def test_a_sub_projects_pyproject_without_our_table_does_not_hide_the_parents(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool.hpc-hangkit.lint]\nignore = ["HK1"]\n')
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "pyproject.toml").write_text('[project]\nname = "sub"\n')
+    (sub / "prog.py").write_text(WRONG)
+    r = lint(".", cwd=str(sub))
+    assert r.returncode == 0 and "0 findings" in r.stdout, r.stdout
