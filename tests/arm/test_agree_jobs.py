@@ -163,6 +163,13 @@ def venv_without_numpy(tmp_path):
     python = str(venv / "bin" / "python")
     purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                              check=True, stdout=subprocess.PIPE, universal_newlines=True).stdout.strip()
+    # this interpreter's own packages: `--system-site-packages` gives the base interpreter's,
+    # which lack torch when this interpreter is itself a venv (the test venv of run_all.sh)
+    # (as site directories: their own .pth files, an editable install's among them, apply)
+    own = sysconfig.get_paths()
+    with open(os.path.join(purelib, "hk_this_site.pth"), "w") as f:
+        f.write("import site; %s\n" % "; ".join("site.addsitedir(%r)" % p
+                                                for p in dict.fromkeys((own["purelib"], own["platlib"]))))
     with open(os.path.join(purelib, "zz_no_numpy.pth"), "w") as f:
         f.write('import sys; sys.modules["numpy"] = None\n')
     probe = subprocess.run([python, "-c", "import torch; torch.tensor([1]).numpy()"], stdout=subprocess.PIPE,
