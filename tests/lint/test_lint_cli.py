@@ -300,6 +300,8 @@ def test_sarif_uris_are_file_uris_for_absolute_paths_and_encoded(tmp_path):
             for res in rel["runs"][0]["results"] for loc in res["locations"]}
     # relative to the directory the lint ran in, which the log names
     assert u == ("train.py", "%SRCROOT%")
+    with open(SARIF_SCHEMA) as f:
+        jsonschema.Draft4Validator(json.load(f)).validate(rel)
     base = rel["runs"][0]["originalUriBaseIds"]["%SRCROOT%"]["uri"]
     assert base.endswith("/") and unquote(urlparse(base).path) == str(d) + "/"
     assert rel["runs"][0]["invocations"][0]["executionSuccessful"] is True
