@@ -1017,13 +1017,13 @@ class _Walker:
         (no ``raise`` of its own): where the helper's raise is; else ``""``."""
         if any(isinstance(n, ast.Raise) for st in stmts for n in ast.walk(st)):
             return ""
-        calls = self._stmt_calls(stmts)
+        # the helper calls exits_of counts: a statement's own call, or its whole assigned value
         for st in stmts:
-            for n in ast.walk(st):
-                if id(n) in calls:
-                    callee = self.project.callee(self.mod, self.ff.cls, self.ff.qualname, n)
-                    if callee is not None and callee.raises and callee.raise_line:
-                        return "; its raise: %s:%d" % (os.path.basename(callee.path), callee.raise_line)
+            n = st.value if isinstance(st, (ast.Expr, ast.Assign, ast.AnnAssign, ast.Return)) else None
+            if isinstance(n, ast.Call):
+                callee = self.project.callee(self.mod, self.ff.cls, self.ff.qualname, n)
+                if callee is not None and callee.raises and callee.raise_line:
+                    return "; its raise: %s:%d" % (os.path.basename(callee.path), callee.raise_line)
         return ""
 
     @staticmethod
