@@ -84,8 +84,8 @@ def render_sarif(result):
     """A SARIF 2.1.0 log with one run: the rules of :data:`RULES`, one result per finding
     (the collective, or the call of the helper that reaches it, as the location, and then the
     collective's own line as a second location; the deciding branch, then each call on the
-    way and the collective, as related locations, the message linking the branch and the
-    collective), and one
+    way and the collective, and the other collectives the same branch decides, as related
+    locations, the message linking the branch and the collective), and one
     tool notification (level ``error``) per file that could not be parsed; then the
     invocation is not successful. Relative paths are relative to ``%SRCROOT%``, the current
     directory (``originalUriBaseIds``)."""
@@ -115,7 +115,8 @@ def render_sarif(result):
         for i, r in enumerate(f.related(), 1):
             text = {"branch": "the branch that decides which ranks reach it",
                     "call": "on the way: calls %s" % r.get("what"),
-                    "collective": "the collective: %s" % r.get("what")}[r["role"]]
+                    "collective": "the collective: %s" % r.get("what"),
+                    "also": "another collective the same branch decides"}[r["role"]]
             rels.append({"id": i, "message": {"text": text},
                          "physicalLocation": {"artifactLocation": _uri(r["path"]),
                                               "region": {"startLine": r["line"]}}})

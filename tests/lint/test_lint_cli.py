@@ -537,3 +537,77 @@ def test_a_sub_projects_pyproject_without_our_table_does_not_hide_the_parents(tm
     (sub / "prog.py").write_text(WRONG)
     r = lint(".", cwd=str(sub))
     assert r.returncode == 0 and "0 findings" in r.stdout, r.stdout
+
+
+#: one rank's raise before three collectives: one bug, one fix at line 4
+ONE_RAISE = """
+import torch.distributed as dist
+
+def step(t, rank):
+    if rank == 0:{branch_ignore}
+        raise RuntimeError("bad")
+    dist.all_reduce(t){first_ignore}
+    dist.barrier()
+    dist.broadcast(t, 0)
+    if rank == 1:
+        dist.barrier()
+"""
+
+
+def _one_raise(tmp_path, branch_ignore="", first_ignore=""):
+    p = tmp_path / "prog.py"
+    p.write_text(textwrap.dedent(ONE_RAISE).lstrip("\n").format(branch_ignore=branch_ignore,
+                                                                 first_ignore=first_ignore))
+    return p
+
+
+def test_one_finding_per_deciding_line_in_text_json_and_sarif(tmp_path):
+    p = _one_raise(tmp_path)
+    text = lint(str(p)).stdout.splitlines()
+    # the raise at line 4 decides lines 6-8: one finding, at the first, naming the others;
+    # line 9's own branch is another finding
+    assert text[0] == ("%s:6:5: HK103 [error] all_reduce comes after a rank-dependent raise with no abort: the "
+                       "ranks that raise leave the others waiting (line 4: `if rank == 0:`); line 4 decides "
+                       "barrier (line 7), broadcast (line 8) too" % p)
+    assert text[1].startswith("%s:10:9: HK101 [error] barrier is reached only on ranks" % p), text
+    assert text[-1] == "2 findings (2 errors) in 1 file (10 lines)"
+    doc = json.loads(lint("--format", "json", str(p)).stdout)
+    first = doc["findings"][0]
+    assert [(r["role"], r["line"], r["text"], r.get("what")) for r in first["related"]] == [
+        ("branch", 4, "if rank == 0:", None), ("also", 7, "dist.barrier()", "barrier"),
+        ("also", 8, "dist.broadcast(t, 0)", "broadcast")]
+    assert [r["role"] for r in doc["findings"][1]["related"]] == ["branch"]
+    sarif = json.loads(lint("--format", "sarif", str(p)).stdout)
+    with open(SARIF_SCHEMA) as fh:
+        jsonschema.Draft4Validator(json.load(fh)).validate(sarif)
+    res = sarif["runs"][0]["results"][0]
+    assert [(r["physicalLocation"]["region"]["startLine"], r["message"]["text"]) for r in res["relatedLocations"]] == [
+        (4, "the branch that decides which ranks reach it"), (7, "another collective the same branch decides"),
+        (8, "another collective the same branch decides")]
+
+
+def test_silencing_one_collective_of_a_branch_leaves_the_others_and_the_branch_line_silences_all(tmp_path):
+    p = _one_raise(tmp_path, first_ignore="  # hangkit: ignore[HK103]")
+    doc = json.loads(lint("--format", "json", str(p)).stdout)
+    assert [(f["code"], f["line"], [r["line"] for r in f["related"]]) for f in doc["findings"]] == [
+        ("HK103", 7, [4, 8]), ("HK101", 10, [9])]
+    assert doc["findings"][0]["message"].endswith("line 4 decides broadcast (line 8) too")
+    p = _one_raise(tmp_path, branch_ignore="  # hangkit: ignore[HK103]")
+    doc = json.loads(lint("--format", "json", str(p)).stdout)
+    assert [(f["code"], f["line"]) for f in doc["findings"]] == [("HK101", 10)]
+
+
+def test_both_sides_of_one_rank_test_are_one_finding(tmp_path):
+    p = tmp_path / "prog.py"
+    p.write_text(textwrap.dedent("""
+        import torch.distributed as dist
+
+        def save(t, objs):
+            if dist.get_rank() == 0:
+                dist.gather_object(objs, None, dst=0)
+            else:
+                dist.all_reduce(t)
+    """).lstrip("\n"))
+    (f,) = json.loads(lint("--format", "json", str(p)).stdout)["findings"]
+    assert (f["code"], f["line"], [(r["role"], r["line"]) for r in f["related"]]) == (
+        "HK101", 5, [("branch", 4), ("also", 7)])

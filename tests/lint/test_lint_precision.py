@@ -2424,7 +2424,8 @@ def _severities(tmp_path, src):
     p = tmp_path / "prog.py"
     p.write_text(src)
     res = lint_paths([str(p)], level="note")
-    return [(f.code, f.line, f.severity) for f in res.findings]
+    # one per collective line reported, as lint_tree
+    return [(f.code, line, f.severity) for f in res.findings for line in dict.fromkeys(n for n, _ in f.places())]
 
 
 #: nbodykit's task manager: the workers' broadcast, in a helper of the class, is on the

@@ -9,14 +9,17 @@ from hpc_hangkit.lint import lint_paths
 
 def lint_tree(tmp_path, files):
     """Write ``{relpath: source}`` under tmp_path and lint it; findings at every level
-    (``note`` included) as ``(file, code, line, related_line)``."""
+    (``note`` included) as ``(file, code, line, related_line)``, one per collective line
+    reported (the lines a finding merges from its branch, :attr:`Finding.also`, included):
+    the tests name the collectives found, not how they are grouped by branch."""
     for rel, src in files.items():
         p = tmp_path / rel
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(textwrap.dedent(src))
     res = lint_paths([str(tmp_path)], level="note")
     assert res.errors == []
-    return [(str(f.path)[len(str(tmp_path)) + 1:], f.code, f.line, f.related_line) for f in res.findings]
+    return [(str(f.path)[len(str(tmp_path)) + 1:], f.code, line, f.related_line) for f in res.findings
+            for line in dict.fromkeys(line for line, _ in f.places())]
 
 
 def marks(src, tag):

@@ -105,11 +105,14 @@ def units(root=HERE):
 
 
 def _related(fd):
-    """``[(abs_path or None, line)]`` of a finding dict's deciding branch and call chain."""
+    """``[(abs_path or None, line)]`` of a finding dict's deciding branch and call chain (not
+    the other collectives the branch decides, role ``also``)."""
     rel = fd.get("related")
     entries = rel if isinstance(rel, list) else [rel] if isinstance(rel, dict) else []
     out = []
     for e in entries:
+        if e.get("role") == "also":
+            continue
         p = e.get("path") or e.get("file")
         out.append((os.path.realpath(p) if p else None, e.get("line")))
     return out
@@ -122,7 +125,8 @@ def _hit(where, path, line):
 def match(expect, fd):
     """``(collective_ok, branch_ok)`` of finding dict ``fd`` against ``expect``."""
     path = os.path.realpath(fd["path"])
-    coll = _hit(expect.collective, path, fd["line"])
+    also = [e.get("line") for e in fd.get("related") or () if isinstance(e, dict) and e.get("role") == "also"]
+    coll = any(_hit(expect.collective, path, n) for n in [fd["line"]] + also)
     branch = any(_hit(expect.branch, p or path, n) for p, n in _related(fd))
     return coll, branch
 
