@@ -161,7 +161,8 @@ def is_display_keyword(name):
 #: names of per-rank data (their length / emptiness is rank-local)
 #: (a loader's or a whole dataset's length is not: DistributedSampler & co. make it equal)
 DATAISH = re.compile(r"(^|_)(batch|batches|shards|chunks|samples|files)$|^(local|my|rank)_(batch|shards?|chunks?|"
-                     r"data|samples|files|items|rows)$", re.I)
+                     r"data|samples|files|items|rows)$|^my_\w*(list|tensors?|items|rows|total|count|elems|"
+                     r"elements|numel|size|len)s?$", re.I)
 
 #: a test of group membership: ranks outside a group skip its collectives by design
 #: (and a branch taken only with use_local_synchronization, where non-members may skip)

@@ -1239,6 +1239,14 @@ class _Walker:
                         sides = outer + (((side[0], side[1] == pol),) if side is not None else ())
                         note = self._raise_note(st.body if pol else st.orelse) if kind == "raise" else ""
                         self.exits.append(_Exit(st.lineno, lv, kind, loop, abort, ga.direct, sides, note))
+                if "raise" in ka & kb and not (abort_a or abort_b):
+                    tests_a, tests_b = _raise_tests(st.body), _raise_tests(st.orelse)
+                    if tests_a and tests_b and tests_a != tests_b:
+                        # each side raises only under tests of its own (rank 0 checks its argument
+                        # is a trial, the others that theirs is None): where they disagree, some
+                        # ranks raise and the others go on; inferred, as the tests' agreement is
+                        self.exits.append(_Exit(st.lineno, lv, "raise", None, False, False, outer,
+                                                "; each side raises under tests of its own"))
         elif isinstance(st, _LOOPS):
             if isinstance(st, ast.While):
                 lv = self.taint.while_level(st)
@@ -1339,6 +1347,28 @@ _SIZE_MUST_MATCH = {"Reduce", "Allreduce", "Allgather", "Reduce_scatter_block", 
 
 
 _NEGATED = {ast.IsNot: "Is", ast.NotEq: "Eq", ast.NotIn: "In"}
+
+
+def _raise_tests(stmts):
+    """The tests under which branch ``stmts`` raises, as a frozenset of tuples (for each
+    ``raise`` statement of its own, outside loops, ``try`` and nested functions: the dumps of
+    the ``if`` tests around it, with the side taken); None when a raise stands under no test
+    of the branch (it raises whenever it runs) or nothing of the branch raises."""
+    out = set()
+    stack = [(st, ()) for st in stmts]
+    while stack:
+        n, path = stack.pop()
+        if isinstance(n, ast.Raise):
+            if not path:
+                return None
+            out.add(path)
+        elif isinstance(n, ast.If):
+            test = ast.dump(n.test)
+            stack.extend((c, path + ((test, True),)) for c in n.body)
+            stack.extend((c, path + ((test, False),)) for c in n.orelse)
+        elif isinstance(n, (ast.With, ast.AsyncWith)):
+            stack.extend((c, path) for c in n.body)
+    return frozenset(out) or None
 
 
 def _side(test, assigned):

@@ -3850,3 +3850,51 @@ def test_an_object_from_a_class_methods_accessor_is_of_that_class(tmp_path, make
 def test_an_object_from_another_class_method_is_not_typed(tmp_path):
     # `Distrib.count()` names no accessor: what it returns is not known to be a Distrib
     silent(tmp_path, SINGLETON.replace("Distrib.instance()", "Distrib.count()"))
+
+
+# ------------------------------------------------ stop 35: a new user's trial (torchrec, optuna)
+#: torchrec's sharded relay: each rank's own tensors of a dtype, skipped when it has none,
+#: before the node's all_gather of their sizes
+MY_LIST_EMPTY = """
+import torch
+import torch.distributed as dist
+
+def relay(tensors_dict, group):
+    for dtype, my_tensor_list in tensors_dict.items():
+        if not my_tensor_list:  # BRANCH
+            continue
+        sizes = [torch.zeros(1) for _ in range(4)]
+        dist.all_gather(sizes, torch.tensor([len(my_tensor_list)]), group=group)  # HERE
+"""
+
+
+def test_emptiness_of_a_my_named_list_is_rank_local(tmp_path):
+    expect(tmp_path, MY_LIST_EMPTY, "HK202")
+    # `my_` names data of this rank only when it says a collection or a count; a setting is not
+    silent(tmp_path, MY_LIST_EMPTY.replace("my_tensor_list", "my_settings"))
+
+
+#: optuna-integration's TorchDistributedTrial: rank 0 checks it was handed a trial, the others
+#: that they were handed None; a caller that hands every rank the trial leaves rank 0 waiting
+BOTH_SIDES_RAISE = """
+import torch.distributed as dist
+
+def make(trial, Trial):
+    if dist.get_rank() == 0:  # BRANCH
+        if not isinstance(trial, Trial):
+            raise ValueError("rank 0 expects a trial")
+    else:
+        if trial is not None:
+            raise ValueError("the other ranks expect None")
+    box = [getattr(trial, "number", None)]
+    dist.broadcast_object_list(box, src=0)  # HERE
+    return box[0]
+"""
+
+
+def test_each_side_raising_under_tests_of_its_own_is_a_warning(tmp_path):
+    expect(tmp_path, BOTH_SIDES_RAISE, "HK103")
+    assert _severities(tmp_path, textwrap.dedent(BOTH_SIDES_RAISE)) == [
+        ("HK103", marks(BOTH_SIDES_RAISE, "HERE"), "warning")]
+    # the same test on both sides: every rank raises or none does
+    silent(tmp_path, BOTH_SIDES_RAISE.replace("if not isinstance(trial, Trial):", "if trial is not None:"))
