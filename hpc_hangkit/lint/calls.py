@@ -15,7 +15,7 @@ import re
 
 from hpc_hangkit.lint import collectives as C
 from hpc_hangkit.lint.model import FUNC_RANKISH, FUNC_SIZE, FuncFacts, defaults_of, dotted, module_name, names_of, nodes_of, functions_of, qualify, walk_local
-from hpc_hangkit.lint.taint import Taint, call_kind, fake_backend, single_process_returns
+from hpc_hangkit.lint.taint import Taint, call_kind, collective_aliases, fake_backend, single_process_returns
 from hpc_hangkit.lint.taint import _AGREEING_ARG0, _AGREEING_ARG1, _RETURN_AGREES
 from hpc_hangkit.lint.taint import _is_flag as _flag
 from hpc_hangkit.lint.taint import _EQUAL_COUNT
@@ -193,6 +193,7 @@ class Project:
         modules (so files can be read in parallel, then :meth:`insert` ed in order)."""
         fns = []
         mod.funcs = {}
+        mod.aliases = collective_aliases(mod)
         for qual, cls, node in functions_of(mod.tree):
             ff = FuncFacts(mod.key, qual, cls, getattr(node, "lineno", 1), node, mod.path)
             mod.funcs[qual] = ff
@@ -2125,8 +2126,10 @@ def _flows_from(rets, nodes, params):
 
 
 def _raises(body, every=False):
-    """True when ``body`` raises outside a ``try`` of its own (nested functions not entered);
-    ``every``: the ``(line, col)`` of each such ``raise`` instead."""
+    """True when ``body`` raises outside the body of a ``try`` of its own (nested functions not
+    entered): a raise in a handler (``except CalledProcessError as e: raise CompilationError``),
+    an ``else`` or a ``finally`` leaves the function; ``every``: the ``(line, col)`` of each
+    such ``raise`` instead."""
     stack = list(body)
     out = []
     while stack:
@@ -2135,8 +2138,13 @@ def _raises(body, every=False):
             if not every:
                 return True
             out.append((n.lineno, n.col_offset))
-        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)) or \
-                isinstance(n, ast.Try) or type(n).__name__ == "TryStar":
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        if isinstance(n, ast.Try) or type(n).__name__ == "TryStar":
+            for h in n.handlers:
+                stack.extend(h.body)
+            stack.extend(n.orelse)
+            stack.extend(n.finalbody)
             continue
         if isinstance(n, ast.stmt):
             stack.extend(c for c in ast.iter_child_nodes(n) if isinstance(c, ast.stmt))

@@ -232,7 +232,7 @@ class ModuleFacts:
 
     __slots__ = ("path", "key", "name", "imports", "stars", "funcs", "bases", "attr_levels", "ignores", "bad_ignores", "lines",
                  "tree", "is_package", "has_p2p", "local", "rankish", "attr_types", "collective_attrs",
-                 "attr_agreed", "words", "comm_receivers", "flag_cache", "abort_hook")
+                 "attr_agreed", "words", "comm_receivers", "flag_cache", "abort_hook", "aliases")
 
     def __init__(self, path, name, tree, text, is_package=False):
         self.path = path
@@ -266,6 +266,9 @@ class ModuleFacts:
         self.words = {}
         #: plain names the module calls a distinctive collective method on (:func:`comm_receivers`)
         self.comm_receivers = _NOTHING
+        #: plain name -> ``(kind, name)`` of the collective method it is assigned (``Barrier =
+        #: comm.Barrier``): calling the name calls it (:func:`~hpc_hangkit.lint.taint.collective_aliases`)
+        self.aliases = {}
         #: where the module installs an exception hook or exit handler, when it also aborts the
         #: job (:func:`abort_hook`: ``((line, installer), ...)``)
         self.abort_hook = ()

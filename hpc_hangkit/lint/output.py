@@ -116,7 +116,8 @@ def render_sarif(result):
             text = {"branch": "the branch that decides which ranks reach it",
                     "call": "on the way: calls %s" % r.get("what"),
                     "collective": "the collective: %s" % r.get("what"),
-                    "also": "another collective the same branch decides"}[r["role"]]
+                    "also": "another collective the same branch decides",
+                    "origin": "where the test's %s gets its rank dependence" % r.get("what")}[r["role"]]
             rels.append({"id": i, "message": {"text": text},
                          "physicalLocation": {"artifactLocation": _uri(r["path"]),
                                               "region": {"startLine": r["line"]}}})

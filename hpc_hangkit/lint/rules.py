@@ -97,6 +97,10 @@ class Finding(NamedTuple):
     hooked: bool = False
     also: tuple = ()
     what: str = ""
+    #: where the deciding test's locals got their rank dependence: ``((line, name, text, how),
+    #: ...)``, ``how`` ``"from"`` (``pg`` from ``pg = env.process_group``) or ``"under"`` (the
+    #: branch a local is set under: ``store`` is set under ``if rank == 0:``)
+    origin: tuple = ()
 
     @property
     def severity(self):
@@ -123,10 +127,13 @@ class Finding(NamedTuple):
 
     def related(self):
         """The lines that explain the finding, as dicts ``{path, line, text, role}``: the branch
-        (``role`` "branch"), then each call on the way (``"call"``) and the collective
+        (``role`` "branch"), the assignments its test's rank dependence comes from (``"origin"``,
+        ``what``: the local's name), then each call on the way (``"call"``) and the collective
         (``"collective"``) when it is reached through helpers, then each other collective or
         helper call the same branch decides (``"also"``, in this file)."""
         out = [{"path": self.path, "line": self.related_line, "text": self.related_text, "role": "branch"}]
+        for line, name, text, _how in self.origin:
+            out.append({"path": self.path, "line": line, "text": text, "role": "origin", "what": name})
         for i, (path, line, text, what, _col) in enumerate(self.chain):
             out.append({"path": path, "line": line, "text": text,
                         "role": "collective" if i == len(self.chain) - 1 else "call", "what": what})
@@ -320,6 +327,9 @@ class _Walker:
         self.taint = Taint(ff.node, mod, ff.cls, project, facts=ff)
         self.exits = []
         self.seen = set()
+        #: line -> the test (or a loop's iterable) of the statement that starts there, built on
+        #: the first finding (:meth:`_origin`)
+        self._tests = None
         self._straights = {}
         #: inside a membership / use_local_synchronization branch: its early exits are by design
         self.members_only = 0
@@ -504,14 +514,31 @@ class _Walker:
                     self._other_comm_rank(node, line):
                 on_group = True
         chain = self.chain(node) if isinstance(node, ast.Call) else ()
-        msg = "%s %s (line %d: `%s`%s)" % (what, detail, line, self.mod.code_text(line), note)
+        origin = tuple((ln, name, self.mod.code_text(ln), how) for ln, name, how in self._origin(line))
+        msg = "%s %s (line %d: `%s`%s%s)" % (what, detail, line, self.mod.code_text(line), "".join(
+            "; `%s` %s line %d: `%s`" % (name, "from" if how == "from" else "is set under", ln, text)
+            for ln, name, text, how in origin), note)
         if chain:
             msg += "; the collective: " + " -> ".join(
                 "%s at %s:%d" % (w, os.path.basename(p), ln) for p, ln, _, w, _ in chain)
         self.out.append(Finding(code, self.mod.path, node.lineno, node.col_offset + 1, msg,
                                 line, self.mod.code_text(line), self.ff.qualname, chain,
                                 inferred=code.startswith("HK1") and not direct, group=on_group,
-                                hooked=hooked, what=what))
+                                hooked=hooked, what=what, origin=origin))
+
+    def _origin(self, line):
+        """``[(line, name, how)]``: where the locals that the test at ``line`` reads got their rank
+        dependence (:meth:`~hpc_hangkit.lint.taint.Taint.origin`); empty for a line that starts
+        no ``if``/``while``/``for`` of this function, or whose test names its source itself."""
+        if self._tests is None:
+            self._tests = {}
+            for n in walk_local(self.ff.node):
+                if isinstance(n, (ast.If, ast.While)):
+                    self._tests.setdefault(n.lineno, n.test)
+                elif isinstance(n, (ast.For, ast.AsyncFor)):
+                    self._tests.setdefault(n.lineno, n.iter)
+        e = self._tests.get(line)
+        return self.taint.origin(e, line) if e is not None else []
 
     def _on_subgroup(self, call):
         """True when ``call`` runs on a communicator that an MPI ``Split`` (``Split_type``,
@@ -991,6 +1018,7 @@ class _Walker:
         break, exit); ``abort`` True when the branch also calls an abort."""
         kinds = set()
         abort = False
+        helpers = None
         stack = [(st, False, False) for st in stmts]
         while stack:
             n, in_loop, in_try = stack.pop()
@@ -1010,8 +1038,11 @@ class _Walker:
                 if self._ends_process(n):
                     kinds.add("exit")
                 callee = self.project.callee(self.mod, self.ff.cls, self.ff.qualname, n)
-                if callee is not None and callee.raises and not in_try and id(n) in self._stmt_calls(stmts):
-                    kinds.add("raise")  # a helper the branch calls as a statement raises: the branch does
+                if callee is not None and callee.raises and not in_try:
+                    if helpers is None:
+                        helpers = {id(c) for c in self._block_calls(stmts)}
+                    if id(n) in helpers:
+                        kinds.add("raise")  # a helper the branch calls as a statement raises: the branch does
             if isinstance(n, _LOOPS):
                 stack.extend((c, True, in_try) for c in n.body)
                 stack.extend((c, in_loop, in_try) for c in n.orelse)
@@ -1028,16 +1059,19 @@ class _Walker:
 
     def _raise_note(self, stmts):
         """``"; its raise: f.py:12"`` when branch ``stmts`` raises only through a helper it calls
-        (no ``raise`` of its own): where the helper's raise is; else ``""``."""
-        if any(isinstance(n, ast.Raise) for st in stmts for n in ast.walk(st)):
-            return ""
+        (no ``raise`` of its own): where the helper's raise is; ``"; its raise: line 205"`` when
+        its first raise stands deeper in the branch than its own statements (under tests of
+        its own, lines below the branch's test); else ``""``."""
+        own = [n for st in stmts for n in ast.walk(st) if isinstance(n, ast.Raise)]
+        if own:
+            if any(isinstance(st, ast.Raise) for st in stmts):
+                return ""
+            return "; its raise: line %d" % min(n.lineno for n in own)
         # the helper calls exits_of counts: a statement's own call, or its whole assigned value
-        for st in stmts:
-            n = st.value if isinstance(st, (ast.Expr, ast.Assign, ast.AnnAssign, ast.Return)) else None
-            if isinstance(n, ast.Call):
-                callee = self.project.callee(self.mod, self.ff.cls, self.ff.qualname, n)
-                if callee is not None and callee.raises and callee.raise_line:
-                    return "; its raise: %s:%d" % (os.path.basename(callee.path), callee.raise_line)
+        for n in self._block_calls(stmts):
+            callee = self.project.callee(self.mod, self.ff.cls, self.ff.qualname, n)
+            if callee is not None and callee.raises and callee.raise_line:
+                return "; its raise: %s:%d" % (os.path.basename(callee.path), callee.raise_line)
         return ""
 
     @staticmethod
@@ -1049,6 +1083,27 @@ class _Walker:
             v = st.value if isinstance(st, (ast.Expr, ast.Assign, ast.AnnAssign, ast.Return)) else None
             if isinstance(v, ast.Call):
                 out.add(id(v))
+        return out
+
+    @staticmethod
+    def _block_calls(stmts):
+        """The calls that are a statement of ``stmts`` or its whole assigned value, also in the
+        blocks of its compound statements (``with progress(): if not ld: _run(cc)``), in the
+        order of the source; not calls nested in arguments nor in nested functions."""
+        out = []
+        stack = list(reversed(stmts))
+        while stack:
+            st = stack.pop()
+            if isinstance(st, _DEFS):
+                continue
+            v = st.value if isinstance(st, (ast.Expr, ast.Assign, ast.AnnAssign, ast.Return)) else None
+            if isinstance(v, ast.Call):
+                out.append(v)
+            inner = []
+            for field in ("body", "handlers", "orelse", "finalbody"):
+                for x in getattr(st, field, ()):
+                    inner.extend(x.body if isinstance(x, ast.ExceptHandler) else (x,))
+            stack.extend(reversed(inner))
         return out
 
     # ---------------------------------------------------------------- statements

@@ -999,6 +999,54 @@ class Taint:
         finally:
             self._at = saved
 
+    def origin(self, e, line, steps=3):
+        """Where the rank dependence of ``e`` read at ``line`` comes from, for a finding's
+        message: ``[(line, name, how)]``, for each local that ``e`` reads with a level above 0,
+        the assignment of the highest level that reaches the read (the latest of those), ``how``
+        ``"from"``; or, when that assignment's value is the same on every rank and the branch
+        it stands under decides (``x = None`` under ``if rank == 0:``), that branch's test,
+        ``how`` ``"under"``; then the same for the locals that value or test reads, at most
+        ``steps`` in all. Empty when ``e`` reads no such local: it names its rank source
+        itself (``rank``, a call)."""
+        self.level_at(e, line)  # the levels of the assignments (:attr:`sites`) are computed
+        out = []
+        seen = set()
+        todo = [(e, line)]
+        while todo and len(out) < steps:
+            expr, at = todo.pop(0)
+            # `env.rank`: the attribute names the rank, not the object
+            named = {id(x.value) for x in ast.walk(expr) if x.__class__ is _ATTRIBUTE and (
+                x.attr in C.RANK_NAMES or C.is_rank_attr(x.attr))}
+            for n in ast.walk(expr):
+                if len(out) >= steps:
+                    break
+                if n.__class__ is not _NAME or n.id in seen or n.id in C.RANK_NAMES or id(n) in named:
+                    continue
+                sites = self.sites.get(n.id)
+                if not sites:
+                    continue
+                best = None
+                for _target, value, conds, _part, ln in self._assigns_reaching(n.id, at):
+                    lv = sites.get(ln, 0)
+                    if lv and (best is None or lv >= best[0]) and not self._killed(n.id, ln, at) \
+                            and not self._apart(ln, at, n.id):
+                        best = (lv, ln, value, conds)
+                if best is None or not best[1]:
+                    continue
+                seen.add(n.id)
+                lv, ln, value, conds = best
+                if value is None or self.level_at(value, ln) < lv:
+                    test = next((c for kind, c in reversed(conds) if kind == "if" and c is not None
+                                 and self.test_level_at(c, ln) >= lv), None)
+                    if test is not None:
+                        out.append((test.lineno, n.id, "under"))
+                        todo.append((test, test.lineno))
+                        continue
+                out.append((ln, n.id, "from"))
+                if value is not None:
+                    todo.append((value, ln))
+        return out
+
     def level_at(self, e, line):
         """:meth:`level` of ``e`` read at ``line``: a local's assignments later in the function
         (outside any loop around both) do not count."""
@@ -1088,6 +1136,10 @@ class Taint:
             return 0
         if name in _STATE_CALLS and isinstance(f, ast.Attribute):
             return 0  # whether the process group exists: the same answer on every rank
+        if _is_dist_flag(call):
+            # whether this is a distributed run (torchtune's `is_distributed()` reads RANK with a
+            # default of -1): a launcher sets it in every process or in none
+            return 0
         if name in _PLACE_CALLS:
             return self.level(f.value) if isinstance(f, ast.Attribute) and name != "device" else 0
         parts = dotted(f)
@@ -1335,7 +1387,10 @@ class Taint:
                         return got
         return self.level(e)
 
-_WORLD_NAMES = {"world_size", "num_processes", "num_replicas", "WORLD_SIZE", "nprocs", "n_procs", "num_nodes"}
+#: names and attributes that hold the number of processes (fluiddyn's `mpi.nb_proc` included)
+_PROC_COUNTS = {"world_size", "WORLD_SIZE", "num_processes", "num_replicas", "nprocs", "n_procs", "nb_proc",
+                "nb_procs", "num_procs", "mpi_size", "distributed_world_size"}
+_WORLD_NAMES = _PROC_COUNTS | {"num_nodes"}
 _EQUAL_COUNT = {"DistributedSampler", "ElasticDistributedSampler", "DistributedBatchSampler",
                 # accelerate: a prepared loader gives every process as many batches (even_batches)
                 "prepare_data_loader", "prepare", "skip_first_batches"}
@@ -2334,11 +2389,9 @@ def _is_world_size(e):
         d = dotted(e.func)
         return bool(d) and d[-1] in ("get_world_size", "Get_size", "get_mpi_size")
     if isinstance(e, ast.Name):
-        return e.id in ("world_size", "WORLD_SIZE", "num_processes", "size", "nprocs", "num_replicas", "n_procs",
-                        "mpi_size")
+        return e.id in _PROC_COUNTS or e.id == "size"
     d = dotted(e)
-    return bool(d) and d[-1] in ("world_size", "WORLD_SIZE", "num_processes", "num_replicas",
-                                 "distributed_world_size", "mpi_size")
+    return bool(d) and d[-1] in _PROC_COUNTS
 
 
 def mentions_membership(e):
@@ -2388,8 +2441,11 @@ def call_kind(mod, call):
         parts = recv + [method] if recv else None
     elif isinstance(f, ast.Name):
         if f.id not in mod.imports:
-            # a bare name that is not imported: a local function, not a library's collective
-            return ("collective" if f.id in C.EXTRA_PLAIN else None), f.id
+            # a bare name that is not imported: a local function, not a library's collective,
+            # unless the module binds it to a collective method (`Barrier = comm.Barrier`)
+            if f.id in C.EXTRA_PLAIN:
+                return "collective", f.id
+            return mod.aliases.get(f.id) or (None, f.id)
         return C.classify_call(mod.imports[f.id], f.id, None), f.id
     else:
         return None, None
@@ -2404,6 +2460,25 @@ def call_kind(mod, call):
     if kind == "collective" and fake_backend(call):
         kind = None
     return kind, method
+
+
+def collective_aliases(mod):
+    """``{name: (kind, method)}`` for each plain name that ``mod`` assigns a collective or
+    point-to-point method, bound to its receiver (``Barrier = comm.Barrier``; struphy calls
+    ``Barrier()`` under ``if rank < 32:``), as :func:`call_kind` reads ``receiver.method(...)``.
+    Needs the module's scopes (:attr:`~hpc_hangkit.lint.model.ModuleFacts.words`): scopes whose
+    words name no collective are not scanned."""
+    out = {}
+    for sid, ws in mod.words.items():
+        if ws.isdisjoint(C.DISTINCT) and ws.isdisjoint(C.GENERIC) and ws.isdisjoint(C.P2P_ALL):
+            continue
+        for n in mod.local.get(sid, ()):
+            if n.__class__ is ast.Assign and len(n.targets) == 1 and n.targets[0].__class__ is _NAME and \
+                    n.value.__class__ is _ATTRIBUTE:
+                kind, name = call_kind(mod, ast.Call(func=n.value, args=[], keywords=[]))
+                if kind is not None:
+                    out[n.targets[0].id] = (kind, name)
+    return out
 
 
 def fake_backend(call):

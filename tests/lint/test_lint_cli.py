@@ -611,3 +611,44 @@ def test_both_sides_of_one_rank_test_are_one_finding(tmp_path):
     (f,) = json.loads(lint("--format", "json", str(p)).stdout)["findings"]
     assert (f["code"], f["line"], [(r["role"], r["line"]) for r in f["related"]]) == (
         "HK101", 5, [("branch", 4), ("also", 7)])
+
+
+#: a test of a local that takes its rank dependence two assignments away, and one set under a
+#: rank branch: the message says where each comes from
+ORIGIN = """
+import torch.distributed as dist
+
+def setup(pg):
+    return (dist.get_rank(pg), pg)
+
+def step(pg, t):
+    env = setup(pg)
+    group = env[1]
+    if group is not None:
+        dist.barrier()
+    store = None
+    if dist.get_rank() == 0:
+        store = open("log", "w")
+    if store is None:
+        dist.all_reduce(t)
+"""
+
+
+def test_the_message_says_where_the_tests_rank_dependence_comes_from(tmp_path):
+    p = tmp_path / "prog.py"
+    p.write_text(textwrap.dedent(ORIGIN).lstrip("\n"))
+    doc = json.loads(lint("--format", "json", str(p)).stdout)
+    first, second = doc["findings"]
+    assert first["message"].endswith("(line 9: `if group is not None:`; `group` from line 8: `group = env[1]`; "
+                                     "`env` from line 7: `env = setup(pg)`)"), first["message"]
+    assert [(r["role"], r["line"], r.get("what")) for r in first["related"]] == [
+        ("branch", 9, None), ("origin", 8, "group"), ("origin", 7, "env")]
+    # `store = None` is the same everywhere: the branch it is set under decides
+    assert second["message"].endswith("(line 14: `if store is None:`; `store` is set under line 12: "
+                                      "`if dist.get_rank() == 0:`)"), second["message"]
+    sarif = json.loads(lint("--format", "sarif", str(p)).stdout)
+    with open(SARIF_SCHEMA) as fh:
+        jsonschema.Draft4Validator(json.load(fh)).validate(sarif)
+    assert [r["message"]["text"] for r in sarif["runs"][0]["results"][0]["relatedLocations"]] == [
+        "the branch that decides which ranks reach it", "where the test's group gets its rank dependence",
+        "where the test's env gets its rank dependence"]

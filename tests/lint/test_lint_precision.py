@@ -3898,3 +3898,104 @@ def test_each_side_raising_under_tests_of_its_own_is_a_warning(tmp_path):
         ("HK103", marks(BOTH_SIDES_RAISE, "HERE"), "warning")]
     # the same test on both sides: every rank raises or none does
     silent(tmp_path, BOTH_SIDES_RAISE.replace("if not isinstance(trial, Trial):", "if trial is not None:"))
+
+
+# ------------------------------------------------ stop 35: the fourth blind round and a second trial
+#: struphy's run(): the communicator's Barrier bound to a plain name, called under a rank test
+BOUND_BARRIER = """
+from mpi4py import MPI
+
+def run(model):
+    comm = MPI.COMM_WORLD
+    rank = comm.Get_rank()
+    Barrier = comm.Barrier
+    Barrier()
+    if rank < 32:  # BRANCH
+        Barrier()  # HERE
+    model.run()
+"""
+
+
+def test_a_collective_method_bound_to_a_plain_name_is_that_collective(tmp_path):
+    expect(tmp_path, BOUND_BARRIER, "HK101")
+    # a plain name bound to another method is not
+    silent(tmp_path, BOUND_BARRIER.replace("Barrier = comm.Barrier", "Barrier = comm.Get_size"))
+
+
+#: firedrake's compilation on rank 0 of the compilation communicator: the helper translates the
+#: compiler's error in its `except` handler, inside a `with` and an `if` of the branch
+COMPILE_ON_ROOT = """
+import subprocess
+
+def _run(cc):
+    try:
+        subprocess.check_call(cc)
+    except subprocess.CalledProcessError as e:
+        raise RuntimeError("compilation failed") from e
+
+def compile_library(ccomm, cc, ld):
+    soname = None
+    if ccomm.rank == 0:  # BRANCH
+        soname = "lib.so"
+        with open("log", "w"):
+            if not ld:
+                _run(cc)
+    return ccomm.bcast(soname, root=0)  # HERE
+"""
+
+
+def test_a_helpers_raise_in_its_except_handler_called_deep_in_the_branch(tmp_path):
+    expect(tmp_path, COMPILE_ON_ROOT, "HK103")
+    # a handler that swallows the error raises nothing
+    silent(tmp_path, COMPILE_ON_ROOT.replace('raise RuntimeError("compilation failed") from e', "print(e)"))
+
+
+def test_a_tree_functions_distributed_run_test_is_the_same_on_every_rank(tmp_path):
+    # torchtune: is_distributed() reads RANK with a default of -1; a launcher sets it everywhere or nowhere
+    silent(tmp_path, """
+        import os
+        import torch.distributed as dist
+
+        def is_distributed():
+            rank = int(os.environ.get("RANK", -1))
+            return rank >= 0 and dist.is_available()
+
+        def init_distributed():
+            if is_distributed():
+                dist.init_process_group()
+                return True
+            return False
+    """)
+
+
+def test_fluiddyns_nb_proc_is_the_number_of_processes(tmp_path):
+    silent(tmp_path, """
+        from fluiddyn.util import mpi
+
+        def load(state, path):
+            if mpi.rank == 0:
+                state = open(path).read()
+            if mpi.nb_proc > 1:
+                state = mpi.comm.bcast(state, root=0)
+            if state is None:
+                mpi.comm.barrier()
+    """)
+
+
+def test_a_raise_below_the_branchs_own_statements_is_named(tmp_path):
+    src = textwrap.dedent("""
+        from mpi4py import MPI
+
+        def setup(comm, params):
+            value = None
+            if comm.rank == 0:
+                value = params.get("x")
+                if value is None:
+                    raise ValueError("x is missing")
+            return comm.bcast(value, root=0)
+    """)
+    p = tmp_path / "prog.py"
+    p.write_text(src)
+    from hpc_hangkit.lint import lint_paths
+    (f,) = lint_paths([str(p)]).findings
+    assert f.code == "HK103" and f.message.endswith("(line 6: `if comm.rank == 0:`; its raise: line 9)"), f.message
