@@ -27,7 +27,7 @@ __all__ = ["COLLECTIVE_MODULES", "DISTINCT", "GENERIC", "COMMISH", "P2P_SEND", "
 
 #: qualified-name prefixes whose functions named in DISTINCT or GENERIC are collectives
 COLLECTIVE_MODULES = ("torch.distributed", "mpi4py", "accelerate", "lightning", "pytorch_lightning",
-                      "deepspeed", "horovod", "hpc_hangkit")
+                      "deepspeed", "horovod", "hpc_hangkit", "torch_xla")
 
 #: collective method/function names distinctive enough to match on any receiver
 DISTINCT = {
@@ -58,7 +58,7 @@ DISTINCT = {
 #: receiver that looks like a communicator
 GENERIC = {"barrier", "broadcast", "gather", "scatter", "reduce", "scan", "exscan", "new_group",
            "new_subgroups", "new_subgroups_by_enumeration", "init_device_mesh", "init_process_group",
-           "destroy_process_group", "Allocate"}
+           "destroy_process_group", "Allocate", "rendezvous"}
 #: a receiver name that looks like a communicator / strategy / accelerator
 COMMISH = re.compile(r"(^|_)(comm|mpi|world|strategy|accelerator|dist|pg|process_group|group|fabric|"
                      r"trainer|backend|communicator|hvd|deepspeed)s?$|^comm|^COMM_|comm$", re.I)
@@ -94,7 +94,9 @@ EXITS = {"sys.exit", "os._exit", "exit", "quit", "os.abort"}
 
 #: calls whose value is the rank (any receiver)
 RANK_CALLS = {"get_rank", "get_local_rank", "get_node_local_rank", "get_global_rank", "get_group_rank",
-              "Get_rank", "get_process_index", "get_local_process_index", "get_dist_info"}
+              "Get_rank", "get_process_index", "get_local_process_index", "get_dist_info",
+              # torch_xla: xm.get_ordinal(), xr.global_ordinal(), ...
+              "get_ordinal", "get_local_ordinal", "global_ordinal", "local_ordinal"}
 #: a function whose name says it answers with the rank or a rank test (``get_rank_and_world_size``,
 #: ``dist_rank``, ``rank_is_root``, ``is_main_process``, ``is_rank_zero``...)
 RANK_CALL_RE = re.compile(r"^_*(get_\w*rank\w*|\w+_rank|rank|rank_is_\w+|(if_|on_)?main_process|"

@@ -3999,3 +3999,16 @@ def test_a_raise_below_the_branchs_own_statements_is_named(tmp_path):
     from hpc_hangkit.lint import lint_paths
     (f,) = lint_paths([str(p)]).findings
     assert f.code == "HK103" and f.message.endswith("(line 6: `if comm.rank == 0:`; its raise: line 9)"), f.message
+
+
+def test_torch_xlas_rendezvous_and_ordinals(tmp_path):
+    # optimum-neuron: a rendezvous on ordinal 0 only
+    expect(tmp_path, """
+        import torch_xla.core.xla_model as xm
+        import torch_xla.runtime as xr
+
+        def push_cache(push):
+            if xr.global_ordinal() == 0:  # BRANCH
+                push()
+                xm.rendezvous("cache pushed")  # HERE
+    """, "HK101")
