@@ -108,9 +108,12 @@ def render_sarif(result):
             locs.append({"physicalLocation": {"artifactLocation": _uri(c["path"]),
                                               "region": {"startLine": c["line"], "startColumn": c["col"]}},
                          "message": {"text": "the collective: %s" % c["what"]}})
-            msg = "%s. Branch: [line %d](1); the collective: [%s at %s:%d](%d)" % (
-                _escape(f.message), f.related_line, _escape(c["what"]), os.path.basename(c["path"]), c["line"],
-                len(f.chain) + 1)
+            # the ids are the positions in f.related(): the branch first, the collective after
+            # the origin lines and the calls on the way
+            roles = [r["role"] for r in f.related()]
+            msg = "%s. Branch: [line %d](%d); the collective: [%s at %s:%d](%d)" % (
+                _escape(f.message), f.related_line, roles.index("branch") + 1, _escape(c["what"]),
+                os.path.basename(c["path"]), c["line"], roles.index("collective") + 1)
         rels = []
         for i, r in enumerate(f.related(), 1):
             text = {"branch": "the branch that decides which ranks reach it",

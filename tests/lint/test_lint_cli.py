@@ -652,3 +652,18 @@ def test_the_message_says_where_the_tests_rank_dependence_comes_from(tmp_path):
     assert [r["message"]["text"] for r in sarif["runs"][0]["results"][0]["relatedLocations"]] == [
         "the branch that decides which ranks reach it", "where the test's group gets its rank dependence",
         "where the test's env gets its rank dependence"]
+
+
+def test_sarif_links_name_the_branch_and_the_collective_with_origin_lines_before_the_chain(tmp_path):
+    files = dict(CHAIN)
+    files["train.py"] = files["train.py"].replace("if dist.get_rank() == 0:", "r = dist.get_rank()\n            if r == 0:")
+    _write(tmp_path, files)
+    sarif = json.loads(lint("--format", "sarif", str(tmp_path)).stdout)
+    (res,) = sarif["runs"][0]["results"]
+    rels = {r["id"]: r for r in res["relatedLocations"]}
+    text = res["message"]["text"]
+    import re
+    (branch_id, coll_id) = [int(x) for x in re.findall(r"\]\((\d+)\)", text)]
+    assert rels[branch_id]["message"]["text"] == "the branch that decides which ranks reach it", text
+    assert rels[coll_id]["message"]["text"] == "the collective: all_reduce", text
+    assert any(r["message"]["text"].startswith("where the test's r ") for r in rels.values())
