@@ -1299,7 +1299,8 @@ class _Walker:
                     if tests_a and tests_b and tests_a != tests_b:
                         # each side raises only under tests of its own (rank 0 checks its argument
                         # is a trial, the others that theirs is None): where they disagree, some
-                        # ranks raise and the others go on; inferred, as the tests' agreement is
+                        # ranks raise and the others go on; a warning, since whether the tests
+                        # agree is not known
                         self.exits.append(_Exit(st.lineno, lv, "raise", None, False, False, outer,
                                                 "; each side raises under tests of its own"))
         elif isinstance(st, _LOOPS):
