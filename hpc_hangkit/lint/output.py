@@ -100,6 +100,7 @@ def render_sarif(result):
                                     "region": {"startLine": f.line, "startColumn": f.col}}}
         locs = [loc]
         msg = f.message
+        related = f.related()
         if f.chain:
             # the collective's own line is a second location of the result (a viewer lists it
             # with the call), and the message links to it and to the branch (embedded links
@@ -110,12 +111,12 @@ def render_sarif(result):
                          "message": {"text": "the collective: %s" % c["what"]}})
             # the ids are the positions in f.related(): the branch first, the collective after
             # the origin lines and the calls on the way
-            roles = [r["role"] for r in f.related()]
+            roles = [r["role"] for r in related]
             msg = "%s. Branch: [line %d](%d); the collective: [%s at %s:%d](%d)" % (
                 _escape(f.message), f.related_line, roles.index("branch") + 1, _escape(c["what"]),
                 os.path.basename(c["path"]), c["line"], roles.index("collective") + 1)
         rels = []
-        for i, r in enumerate(f.related(), 1):
+        for i, r in enumerate(related, 1):
             text = {"branch": "the branch that decides which ranks reach it",
                     "call": "on the way: calls %s" % r.get("what"),
                     "collective": "the collective: %s" % r.get("what"),

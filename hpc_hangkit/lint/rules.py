@@ -1078,12 +1078,7 @@ class _Walker:
     def _stmt_calls(stmts):
         """Ids of the calls that are a statement of ``stmts`` or its whole assigned value
         (``helper(x)``, ``y = helper(x)``), not calls nested in arguments."""
-        out = set()
-        for st in stmts:
-            v = st.value if isinstance(st, (ast.Expr, ast.Assign, ast.AnnAssign, ast.Return)) else None
-            if isinstance(v, ast.Call):
-                out.add(id(v))
-        return out
+        return {id(c) for c in map(_own_call, stmts) if c is not None}
 
     @staticmethod
     def _block_calls(stmts):
@@ -1096,8 +1091,8 @@ class _Walker:
             st = stack.pop()
             if isinstance(st, _DEFS):
                 continue
-            v = st.value if isinstance(st, (ast.Expr, ast.Assign, ast.AnnAssign, ast.Return)) else None
-            if isinstance(v, ast.Call):
+            v = _own_call(st)
+            if v is not None:
                 out.append(v)
             inner = []
             for field in ("body", "handlers", "orelse", "finalbody"):
@@ -1403,6 +1398,13 @@ _SIZE_MUST_MATCH = {"Reduce", "Allreduce", "Allgather", "Reduce_scatter_block", 
 
 
 _NEGATED = {ast.IsNot: "Is", ast.NotEq: "Eq", ast.NotIn: "In"}
+
+
+def _own_call(st):
+    """The call that statement ``st`` is, or whose whole value it assigns or returns
+    (``helper(x)``, ``y = helper(x)``, ``return helper(x)``); else None."""
+    v = st.value if isinstance(st, (ast.Expr, ast.Assign, ast.AnnAssign, ast.Return)) else None
+    return v if isinstance(v, ast.Call) else None
 
 
 def _raise_tests(stmts):
