@@ -9,8 +9,9 @@
    the usable cores). Lines per second of wall time and of CPU time (the workers' included),
    peak RSS (``ru_maxrss``; with workers: the parent's plus each worker at the largest worker's,
    an upper bound), the 1-minute load average before each run, and whether both runs give the
-   same findings.
-   Target: >= 100k lines/s, <= 1 GiB.
+   same findings. Then the default run twice more through a fresh facts cache (``cache_dir``):
+   once filling it, once with every file in it (a pre-commit hook's run on an unchanged tree).
+   Target: >= 100k lines/s, <= 1 GiB, for the default run without a cache (a first run).
 3. ``projects``: sixty-seven real training / MPI projects at pinned versions (the four chosen
    ones, and sixty-three more checked blind, each linted before any rule was written against
    it: docs/lint-measured.md), fetched here as
@@ -127,19 +128,19 @@ TARGET_LINES_PER_S = 100_000
 TARGET_RSS_MIB = 1024
 
 
-def _child(task, paths, jobs=None):
+def _child(task, paths, jobs=None, cache=None):
     code = ("import json,sys,time,resource\n"
             "sys.path.insert(0, %r)\n"
             "t0=time.perf_counter(); c0=time.process_time()\n"
             "out={}\n"
             "if %r == 'ours':\n"
             "    from hpc_hangkit.lint import lint_paths\n"
-            "    r = lint_paths(%r, jobs=%r, level='note')\n"
+            "    r = lint_paths(%r, jobs=%r, level='note', cache_dir=%r)\n"
             "    codes = {}\n"
             "    for f in r.findings: codes[f.code] = codes.get(f.code, 0) + 1\n"
             "    from hpc_hangkit.lint import _jobs\n"
             "    out = {'files': r.files, 'lines': r.lines, 'findings': len(r.findings), 'codes': codes,\n"
-            "           'errors': len(r.errors), 'jobs': _jobs(%r, r.files + len(r.errors))}\n"
+            "           'errors': len(r.errors), 'jobs': _jobs(%r, r.files + len(r.errors)), 'cache': r.cache}\n"
             "else:\n"
             "    import ast\n"
             "    from hpc_hangkit.lint.files import iter_files\n"
@@ -155,7 +156,7 @@ def _child(task, paths, jobs=None):
             "out['cpu_s'] += kids.ru_utime + kids.ru_stime\n"
             "out['rss_mib'] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0\n"
             "out['child_rss_mib'] = kids.ru_maxrss / 1024.0\n"
-            "print(json.dumps(out))\n") % (ROOT, task, list(paths), jobs, jobs, list(paths))
+            "print(json.dumps(out))\n") % (ROOT, task, list(paths), jobs, cache, jobs, list(paths))
     p = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=1800)
     if p.returncode != 0:
         raise RuntimeError(p.stderr.decode()[-2000:])
@@ -193,6 +194,13 @@ def bench_torch():
     serial = _child("ours", paths, jobs=1)
     loads.append(os.getloadavg()[0])
     ours = _child("ours", paths)
+    # the facts cache (a pre-commit hook's case): filled by one run, read by the next
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="hk-bench-cache-") as tmp:
+        loads.append(os.getloadavg()[0])
+        filling = _child("ours", paths, cache=os.path.join(tmp, "c"))
+        loads.append(os.getloadavg()[0])
+        warm = _child("ours", paths, cache=os.path.join(tmp, "c"))
     print("%-30s %8s %8s %9s %12s %12s %6s" % ("", "wall s", "cpu s", "peak MiB", "lines/s", "lines/cpu-s",
                                                "load"))
 
@@ -205,11 +213,17 @@ def bench_torch():
     row("ast.parse only", anchor, serial["lines"], loads[0])
     row("hpc-hangkit lint, 1 process", serial, serial["lines"], loads[1])
     peak = row("hpc-hangkit lint, %d jobs" % ours["jobs"], ours, ours["lines"], loads[2])
+    row("  the same, filling a cache", filling, ours["lines"], loads[3])
+    row("  the same, every file cached", warm, ours["lines"], loads[4])
     lps = ours["lines"] / ours["wall_s"]
     print("%d files, %d lines, %d unparsable; %d findings: %s; the same with 1 process: %s" % (
         ours["files"], ours["lines"], ours["errors"], ours["findings"],
         ", ".join("%s %d" % kv for kv in sorted(ours["codes"].items())),
         "yes" if (serial["findings"], serial["codes"]) == (ours["findings"], ours["codes"]) else "NO"))
+    same = all((r["findings"], r["codes"]) == (ours["findings"], ours["codes"]) for r in (filling, warm))
+    print("cache: %d files stored, then %d read back (%s); the same findings through it: %s" % (
+        filling["cache"]["stored"], warm["cache"]["hits"], warm["cache"]["note"] or "used",
+        "yes" if same else "NO"))
     print("load after: %.1f" % os.getloadavg()[0])
     ok = lps >= TARGET_LINES_PER_S and peak <= TARGET_RSS_MIB
     print("target (>= %d lines/s, <= %d MiB): %s" % (TARGET_LINES_PER_S, TARGET_RSS_MIB, "met" if ok else "MISSED"))

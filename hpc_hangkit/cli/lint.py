@@ -28,10 +28,16 @@ def _codes(values):
 @click.option("--jobs", type=click.IntRange(min=1), default=None, metavar="N",
               help="Worker processes for parsing and checking files (default: the usable cores when there "
               "are 200 files or more, else 1). The findings do not depend on it.")
+@click.option("--cache-dir", type=click.Path(file_okay=False), default=None, metavar="DIR",
+              help="Keep each file's indexed facts here, so that a file unchanged since an earlier run "
+              "(same lint, settings and set of files) is not parsed again (default: "
+              "$XDG_CACHE_HOME/hpc-hangkit/lint, else ~/.cache/hpc-hangkit/lint). The findings do not "
+              "depend on it.")
+@click.option("--no-cache", is_flag=True, help="Read and write no facts cache.")
 @click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False), default=None,
               help="pyproject.toml to read [tool.hpc-hangkit.lint] from (default: the nearest one at or above the "
               "current directory that has a [tool.hpc-hangkit] table).")
-def lint_cmd(paths, fmt, select, ignore, level, exclude, jobs, config_path):
+def lint_cmd(paths, fmt, select, ignore, level, exclude, jobs, cache_dir, no_cache, config_path):
     """Find collectives that only some ranks reach, in Python sources (default PATH: .).
 
     \b
@@ -59,6 +65,7 @@ def lint_cmd(paths, fmt, select, ignore, level, exclude, jobs, config_path):
          [tool.hpc-hangkit.lint]
     """
     from hpc_hangkit.lint import lint_paths
+    from hpc_hangkit.lint.cache import default_dir
     from hpc_hangkit.lint.config import find_pyproject, load_config
     from hpc_hangkit.lint.output import render_json, render_sarif, render_text
     from hpc_hangkit.lint.rules import RULES
@@ -85,7 +92,11 @@ def lint_cmd(paths, fmt, select, ignore, level, exclude, jobs, config_path):
                         exclude=list(cfg.get("exclude", [])) + list(exclude),
                         collectives=cfg.get("collectives", []), rank_sources=cfg.get("rank_sources", []),
                         jobs=jobs, level=level or cfg.get("level", "warning"),
-                        exclude_roots=[os.getcwd()] + ([os.path.dirname(os.path.abspath(pp))] if pp else []))
+                        exclude_roots=[os.getcwd()] + ([os.path.dirname(os.path.abspath(pp))] if pp else []),
+                        cache_dir=None if no_cache else (cache_dir or default_dir()))
+    if result.cache and result.cache["note"]:
+        # a slower run, not a wrong one: said once, on stderr, whatever the format
+        click.echo("hpc-hangkit lint: facts cache not used: %s" % result.cache["note"], err=True)
     if result.files == 0 and not result.errors:
         # a gate pointed at the wrong folder must not pass: nothing was read
         raise click.UsageError("no Python file to check under %s%s" % (

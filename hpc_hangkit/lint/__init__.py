@@ -15,7 +15,9 @@ class LintResult:
     ``(path, line, message)``: ``# hangkit:`` comments that silence nothing or name no rule),
     ``files`` (number of files scanned), ``lines`` (their total lines), ``level`` (the least
     certain level reported), ``below`` (``{level: count}`` of the findings left out for being
-    below it)."""
+    below it), ``cache`` (None without a facts cache, else ``{"dir", "hits", "stored",
+    "note"}``: the cache's directory for this run, files read from it and written to it, and
+    None or why it was not used or stopped)."""
 
     def __init__(self):
         self.findings = []
@@ -25,10 +27,11 @@ class LintResult:
         self.warnings = []
         self.files = 0
         self.lines = 0
+        self.cache = None
 
 
 def lint_paths(paths, *, select=None, ignore=None, exclude=(), collectives=(), rank_sources=(), jobs=None,
-               level="warning", exclude_roots=()):
+               level="warning", exclude_roots=(), cache_dir=None):
     """Lint every ``*.py`` under ``paths`` (files or directories).
 
     ``select``/``ignore``: iterables of codes or code prefixes (``"HK1"``); ``exclude``:
@@ -43,7 +46,10 @@ def lint_paths(paths, *, select=None, ignore=None, exclude=(), collectives=(), r
     :data:`PARALLEL_MIN_FILES` files. The result does not depend on ``jobs``. ``level``: the
     least certain level reported (:data:`hpc_hangkit.lint.rules.LEVELS`: ``"error"``,
     ``"warning"``, ``"note"``); the findings below it are only counted (``LintResult.below``).
-    Returns a :class:`LintResult`. Raises ``FileNotFoundError`` for a path that does not exist,
+    ``cache_dir``: a directory for the facts cache (:mod:`hpc_hangkit.lint.cache`: a file
+    whose bytes, settings, file set and lint are those of an earlier run is not parsed again;
+    the findings are the same); None: no cache. Returns a :class:`LintResult`. Raises
+    ``FileNotFoundError`` for a path that does not exist,
     ``ValueError`` for an unknown level.
     """
     import gc
@@ -64,7 +70,8 @@ def lint_paths(paths, *, select=None, ignore=None, exclude=(), collectives=(), r
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return _lint(paths, select, ignore, exclude, exclude_roots, jobs, LEVELS[:LEVELS.index(level) + 1])
+        return _lint(paths, select, ignore, exclude, exclude_roots, jobs, LEVELS[:LEVELS.index(level) + 1],
+                     cache_dir)
     finally:
         if collecting:
             gc.enable()
@@ -109,13 +116,17 @@ def _map(func, items, jobs):
         pool.join()
 
 
-def _index_file(path):
+def _index_file(path, raw=None):
     """Parse one file and compute its facts (no tree kept): ``(path, (module, foreign flags,
-    lines))``, or ``(path, message)`` when it cannot be read or parsed."""
+    lines))``, or ``(path, message)`` when it cannot be read or parsed. ``raw``: its bytes,
+    already read."""
     from hpc_hangkit.lint.calls import Project
-    from hpc_hangkit.lint.model import load_module
+    from hpc_hangkit.lint.model import decode_source, load_module
     try:
-        mod = load_module(path)
+        if raw is None:
+            with open(path, "rb") as f:
+                raw = f.read()
+        mod = load_module(path, text=decode_source(raw))
     except (SyntaxError, ValueError, OSError, RecursionError) as e:
         return path, "%s: %s" % (type(e).__name__, e)
     one = Project()
@@ -129,6 +140,24 @@ def _index_file(path):
     for ff in mod.funcs.values():
         ff.node = None
     return path, (mod, one.foreign, lines)
+
+
+def _index_kept(path):
+    """:func:`_index_file` for a run with a facts cache: ``(path, digest of the bytes read,
+    the result pickled)``, or ``(path, None, message)`` when the file cannot be checked (such
+    a result is not kept)."""
+    import pickle
+
+    from hpc_hangkit.lint.cache import FactsCache
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        return path, None, "%s: %s" % (type(e).__name__, e)
+    _, got = _index_file(path, raw)
+    if isinstance(got, str):
+        return path, None, got
+    return path, FactsCache.digest(raw), pickle.dumps(got, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 #: why a file whose facts or rules recursed too deep is left out (its error, as an unparsable file's)
@@ -171,7 +200,46 @@ def _comment_warnings(mod, out):
                             % (c, c, ", ".join(sorted(RULES)))))
 
 
-def _lint(paths, select, ignore, exclude, exclude_roots, jobs, levels):
+def _indexed(files, jobs, cache, res):
+    """``(path, result of :func:`_index_file`)`` for each of ``files`` in order: from the
+    :class:`~hpc_hangkit.lint.cache.FactsCache` ``cache`` where it holds the file's bytes, the
+    others indexed in worker processes (``jobs`` as :func:`lint_paths` takes it; a handful of
+    changed files are indexed in this process) and kept in ``cache``. ``cache`` None: no cache.
+    Notes in ``res.cache`` what the cache did."""
+    if cache is None:
+        yield from _map(_index_file, files, _jobs(jobs, len(files)))
+        return
+    import pickle
+    got = {}
+    if cache.usable:
+        for path in files:
+            try:
+                with open(path, "rb") as f:
+                    raw = f.read()
+            except OSError:
+                continue  # indexing it says why
+            kept = cache.get(path, raw)
+            if kept is not None:
+                got[path] = kept
+    missing = [p for p in files if p not in got]
+    indexed = _map(_index_kept, missing, _jobs(jobs, len(missing)))
+    try:
+        for path in files:
+            if path in got:
+                yield path, got.pop(path)
+                continue
+            path, digest, blob = next(indexed)
+            if digest is None:
+                yield path, blob
+                continue
+            cache.put(path, digest, blob)
+            yield path, pickle.loads(blob)
+    finally:
+        indexed.close()
+    res.cache = {"dir": cache.dir, "hits": cache.hits, "stored": cache.stored, "note": cache.note}
+
+
+def _lint(paths, select, ignore, exclude, exclude_roots, jobs, levels, cache_dir=None):
     global _PROJECT
     from hpc_hangkit.lint.calls import Project, set_tree_names
     from hpc_hangkit.lint.files import iter_files
@@ -179,11 +247,16 @@ def _lint(paths, select, ignore, exclude, exclude_roots, jobs, levels):
     res = LintResult()
     project = Project()
     files = list(iter_files(paths, exclude, exclude_roots))
-    jobs = _jobs(jobs, len(files))
+    asked, jobs = jobs, _jobs(jobs, len(files))
     reach = []
     # the forked workers see it; forgotten when this run ends
     set_tree_names(files)
-    for path, got in _map(_index_file, files, jobs):
+    cache = None
+    if cache_dir is not None:
+        from hpc_hangkit.lint import collectives as C
+        from hpc_hangkit.lint.cache import FactsCache
+        cache = FactsCache(cache_dir, tuple(tuple(sorted(x)) for x in C.snapshot()), files)
+    for path, got in _indexed(files, asked, cache, res):
         if isinstance(got, str):
             res.errors.append((path, got))
             continue

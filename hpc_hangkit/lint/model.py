@@ -654,23 +654,28 @@ def _visit(body, prefix, cls, out):
                    prefix, cls, out)
 
 
+def decode_source(raw):
+    """The text of a Python source file's bytes ``raw``, in Python's encoding for it (a BOM or a
+    ``# coding:`` line, else UTF-8), without a BOM. Raises ``ValueError`` for bytes that are not
+    in that encoding (Python would refuse to import them), ``SyntaxError`` for a coding line
+    naming no encoding."""
+    import io
+    import tokenize
+    try:
+        enc, _ = tokenize.detect_encoding(io.BytesIO(raw).readline)
+        text = raw.decode(enc)
+    except (UnicodeDecodeError, LookupError) as e:
+        raise ValueError("not readable as Python source: %s" % e)
+    return text[1:] if text.startswith("\ufeff") else text
+
+
 def load_module(path, text=None, name=None):
     """Parse ``path`` into a :class:`ModuleFacts` (tree kept). Raises ``SyntaxError``,
-    ``ValueError`` (null bytes; text that is not in the file's encoding, which Python would
-    refuse to import) or ``OSError`` (unreadable); ``text`` skips the read. The encoding is
-    Python's: a BOM or a ``# coding:`` line, else UTF-8."""
+    ``ValueError`` (null bytes; text that is not in the file's encoding, :func:`decode_source`)
+    or ``OSError`` (unreadable); ``text`` skips the read."""
     if text is None:
         with open(path, "rb") as f:
-            raw = f.read()
-        import io
-        import tokenize
-        try:
-            enc, _ = tokenize.detect_encoding(io.BytesIO(raw).readline)
-            text = raw.decode(enc)
-        except (UnicodeDecodeError, LookupError) as e:
-            raise ValueError("not readable as Python source: %s" % e)
-        if text.startswith("\ufeff"):
-            text = text[1:]
+            text = decode_source(f.read())
     tree = ast.parse(text, filename=path)
     mod = ModuleFacts(path, name or module_name(path), tree, text,
                       is_package=os.path.basename(path) == "__init__.py")

@@ -89,7 +89,7 @@ srun bash -c 'RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID exec %(py)s %(work)s/
     assert (os.path.basename(b["file"]), b["line"], b["rule"], b["kind"]) == (
         "early_return.py", m["BRANCH"], "inside_left_function", "early_exit"), b
     # the same line lint reports (HK102)
-    p = subprocess.run([sys.executable, "-m", "hpc_hangkit", "lint", "--format", "json",
+    p = subprocess.run([sys.executable, "-m", "hpc_hangkit", "lint", "--no-cache", "--format", "json",
                         os.path.join(HERE, "early_return.py")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        timeout=120)
     found = json.loads(p.stdout.decode())["findings"]
