@@ -36,6 +36,8 @@ def _method_ref(mod, cls, scope, parts):
             ff = mod.funcs.get(scope)
             typ = ff.var_types.get(parts[0]) if ff is not None else None
         if typ is not None:
+            if typ.__class__ is tuple:  # what a tree function returns: known after propagation
+                return ("ret", typ[1], parts[-1])
             if typ in mod.bases and typ not in mod.imports:
                 return ("cls", mod.key, typ, parts[-1])
             q = qualify(mod, typ.split("."))
@@ -209,7 +211,14 @@ class Project:
         """What objects are built from: ``x = TreeClass(...)`` (``var_types``), ``self.x =
         TreeClass(...)`` (``mod.attr_types``), ``self.x = DDP(model)`` (``mod.collective_attrs``)."""
         local = mod.local.get(id(ff.node))
+        made = []
+        receivers = set()
         for n in (local if local is not None else walk_local(ff.node)):
+            if n.__class__ is _CALL:
+                f = n.func
+                if f.__class__ is ast.Attribute and f.value.__class__ is _NAME:
+                    receivers.add(f.value.id)
+                continue
             if not isinstance(n, ast.Assign) or len(n.targets) != 1:
                 continue
             t = n.targets[0]
@@ -222,15 +231,22 @@ class Project:
                             mod.collective_attrs[(ff.cls, attr)] = d[-1]
             if not isinstance(n.value, ast.Call):
                 continue
-            d = dotted(n.value.func)
-            if d and len(d) > 1 and d[-2][:1].isupper() and _FACTORY.match(d[-1]):
-                d = d[:-1]  # `Cls.instance()`, `Cls.from_config(c)`: an object of the class
-            if not d or not d[-1][:1].isupper():
+            d = _built_class(n.value)
+            if d is None:
+                if t.__class__ is _NAME:
+                    made.append((t.id, n.value))
                 continue
             if isinstance(t, ast.Name):
-                ff.var_types[t.id] = ".".join(d)
+                ff.var_types[t.id] = d
             elif attr is not None and "." not in attr:
-                mod.attr_types.setdefault((ff.cls, attr), ".".join(d))
+                mod.attr_types.setdefault((ff.cls, attr), d)
+        for name, call in made:
+            # `proxy = make_proxy(...)`, then `proxy.synchronize()`: typed when the tree function
+            # called returns an object of one class (Project.resolve, after propagation)
+            if name in receivers and name not in ff.var_types:
+                ref = call_ref(mod, ff.cls, ff.qualname, call)
+                if ref is not None and ref[0] in ("q", "local") and not _dead_ref(mod, ref):
+                    ff.var_types[name] = ("ret", ref)
 
     def _facts(self, mod, ff):
         node = ff.node
@@ -372,6 +388,8 @@ class Project:
             ff.equal_count = all(_equal_count_return(node, r) for r in stmts)
             if taint is not None and all(isinstance(r, ast.Name) for r in rets):
                 _returned_lengths(mod, ff, taint, stmts, params, local if local is not None else walk_local(node))
+        if rets and ff.qualname != "<module>":
+            ff.ret_type = _returned_class(mod, ff, rets)
         if rets and params:
             ff.ret_params = _flows_from(rets, local if local is not None else walk_local(node), params) or _NONE
         if rets or attr_vals:
@@ -565,6 +583,14 @@ class Project:
             out = self._method(ref[1], ref[2], ref[3], 0)
         elif ref[0] == "super":
             out = self._method(ref[1], ref[2], ref[3], 0, skip_own=True)
+        elif ref[0] == "ret":
+            # a method of the object a tree function returns (`make_proxy().synchronize`)
+            maker = self.resolve(ref[1])
+            typ = maker.ret_type if maker is not None else None
+            if typ is not None and typ[0] == "cls":
+                out = self._method(typ[1], typ[2], ref[2], 0)
+            elif typ is not None:
+                out = self._qualified(typ[1] + "." + ref[2], typ[2], 0)
         elif ref[0] == "local":
             _, key, name, nested, sibling = ref
             mod = self.modules.get(key)
@@ -1505,6 +1531,37 @@ def _agreed_expr(e, agreed):
 #: class methods that, by the field's naming, hand back an object of their class (a singleton's
 #: accessor, an alternative constructor)
 _FACTORY = re.compile(r"^(instance|get_instance|getInstance|create|from_\w+)$")
+
+
+def _built_class(value):
+    """The dotted name (``"pkg.Proxy"``) of the class whose object expression ``value`` builds
+    (``Proxy(...)``, ``Proxy.from_config(c)``), or None."""
+    if value.__class__ is not _CALL:
+        return None
+    d = dotted(value.func)
+    if d and len(d) > 1 and d[-2][:1].isupper() and _FACTORY.match(d[-1]):
+        d = d[:-1]  # `Cls.instance()`, `Cls.from_config(c)`: an object of the class
+    if not d or not d[-1][:1].isupper():
+        return None
+    return ".".join(d)
+
+
+def _returned_class(mod, ff, rets):
+    """:attr:`~hpc_hangkit.lint.model.FuncFacts.ret_type` of function ``ff`` whose return
+    values are ``rets``: the class every one of them builds, directly or through a local
+    typed by :meth:`Project._types`; None when they differ or one is something else."""
+    typ = None
+    for r in rets:
+        got = _built_class(r)
+        if got is None and r.__class__ is _NAME:
+            got = ff.var_types.get(r.id)
+        if got is None or got.__class__ is tuple or (typ is not None and got != typ):
+            return None
+        typ = got
+    if typ in mod.bases and typ not in mod.imports:
+        return ("cls", mod.key, typ)
+    q = qualify(mod, typ.split("."))
+    return ("q", q, mod.key) if q is not None else None
 
 
 def _returns_agreeing(mod, r):

@@ -17,7 +17,7 @@ Stdlib only.
 """
 import re
 
-__all__ = ["COLLECTIVE_MODULES", "DISTINCT", "GENERIC", "COMMISH", "P2P_SEND", "P2P_RECV",
+__all__ = ["COLLECTIVE_MODULES", "QUALIFIED", "DISTINCT", "GENERIC", "COMMISH", "P2P_SEND", "P2P_RECV",
            "GROUP_CREATE", "ABORTS", "EXITS", "RANK_CALLS", "RANK_NAMES", "RANK_ENV",
            "LOCAL_CALLS", "LOCAL_METHODS", "DATAISH", "MARK_DECORATORS", "MEMBERSHIP", "EXTRA_PLAIN", "extend",
            "snapshot", "restore", "classify_call", "RANK_CALL_RE", "RANK_ATTR_RE", "LOCAL_DATA_METHODS",
@@ -62,6 +62,15 @@ GENERIC = {"barrier", "broadcast", "gather", "scatter", "reduce", "scan", "exsca
 #: a receiver name that looks like a communicator / strategy / accelerator
 COMMISH = re.compile(r"(^|_)(comm|mpi|world|strategy|accelerator|dist|pg|process_group|group|fabric|"
                      r"trainer|backend|communicator|hvd|deepspeed)s?$|^comm|^COMM_|comm$", re.I)
+
+#: library functions that are collective by their qualified name alone (every rank of the group
+#: must call them): torch.distributed.checkpoint's save and load plan and finish across ranks
+#: (reduce_scatter / all_gather of the plans, a barrier for the metadata), so ``dcp.save`` under
+#: ``if rank == 0:`` hangs the others' next collective
+QUALIFIED = {"torch.distributed.checkpoint." + n for n in (
+    "save", "load", "async_save", "save_state_dict", "load_state_dict",
+    "state_dict_saver.save", "state_dict_saver.async_save", "state_dict_saver.save_state_dict",
+    "state_dict_loader.load", "state_dict_loader.load_state_dict")}
 
 #: library methods that are collective, matched on a receiver named like their owner:
 #: ``accelerator.save_state`` (DeepSpeed/FSDP checkpoints synchronise), a DeepSpeed engine's
@@ -281,7 +290,7 @@ def classify_call(qualified, method, receiver):
     Returns ``"collective"``, ``"p2p"``, or None.
     """
     if qualified is not None:
-        if qualified in _extra_qualified:
+        if qualified in _extra_qualified or qualified in QUALIFIED:
             return "collective"
         name = _last(qualified)
         if qualified.startswith(COLLECTIVE_MODULES):

@@ -69,7 +69,7 @@ class FuncFacts:
                  "ret_elem_trips", "equal_count", "elem_args", "called", "p2p", "free_calls",
                  "uniform_params", "passes", "open_params", "ret_pad", "ret_fields", "agrees",
                  "ret_direct", "ret_none", "ret_none_params", "rebinds", "keeps_none", "raise_at", "raise_line", "kwarg",
-                 "forwards", "varpos")
+                 "forwards", "varpos", "ret_type")
 
     def __init__(self, module, qualname, cls, line, node, path=None):
         self.module = module
@@ -103,8 +103,12 @@ class FuncFacts:
         self.attr_params = {}
         #: it raises outside any ``try`` of its own (a caller's rank branch that calls it may raise)
         self.raises = False
-        #: local name -> dotted name of the tree class it is built from (``ckpt = Checkpointer(d)``)
+        #: local name -> dotted name of the tree class it is built from (``ckpt = Checkpointer(d)``),
+        #: or ``("ret", call ref)`` for an object a tree function returns (``proxy = make_proxy()``)
         self.var_types = {}
+        #: the class of the object every return builds (``return Proxy(...)``), as a ref a method
+        #: name completes: ``("cls", module key, class)`` or ``("q", qualified class, module key)``
+        self.ret_type = None
         #: when every return is a tuple of one length: the rank level of each element, else None
         self.ret_elems = None
         #: parameter names the return values are computed from (directly or through locals)

@@ -635,3 +635,103 @@ def test_wrong_program_is_flagged_at_the_collective_naming_the_branch(tmp_path, 
 ])
 def test_corrected_program_is_silent(tmp_path, src):
     silent(tmp_path, src)
+
+
+# torch.distributed.checkpoint's save/load are collectives (every rank plans its share); the
+# shape of KempnerForge #49 and DeepSpeed #797 with DCP: a save under the rank test
+DCP_WRONG = """
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import state_dict_loader
+
+
+def save(model, path):
+    if dist.get_rank() == 0:  # BRANCH
+        dcp.save({"model": model.state_dict()}, checkpoint_id=path)  # HERE
+    dist.barrier()
+"""
+
+
+def test_distributed_checkpoint_save_and_load_are_collectives(tmp_path):
+    expect(tmp_path, DCP_WRONG, "HK101")
+    found = lint_tree(tmp_path, {"prog.py": """
+    import torch.distributed as dist
+    from torch.distributed.checkpoint import state_dict_loader
+
+
+    def load(sd, path):
+        if dist.get_rank() != 0:  # BRANCH
+            return
+        state_dict_loader.load(sd, checkpoint_id=path)  # HERE
+    """})
+    assert [(c, line) for _, c, line, _ in found] == [("HK102", 9)], found
+
+
+def test_torch_save_on_rank_zero_and_dcp_on_every_rank_are_silent(tmp_path):
+    silent(tmp_path, """
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+
+
+    def save(model, path):
+        dcp.save({"model": model.state_dict()}, checkpoint_id=path)
+        if dist.get_rank() == 0:
+            torch.save(model.state_dict(), path + ".pt")
+            model.save(path)
+        dist.barrier()
+    """)
+
+
+# optimum-neuron PR #925 (bench/recall4/t07): the object a factory function returns is typed by
+# what the factory builds, so its method's collective is reached through it
+FACTORY = {
+    "hub.py": """
+    import torch.distributed as dist
+
+
+    class Proxy:
+        def __init__(self, repo):
+            self.repo = repo
+
+        def synchronize(self):
+            dist.barrier()
+
+        def describe(self):
+            return self.repo
+
+
+    def make_proxy(repo):
+        proxy = Proxy(repo)
+        return proxy
+    """,
+    "train.py": """
+    import torch.distributed as dist
+    from hub import make_proxy
+
+
+    def push(repo):
+        if dist.get_rank() == 0:
+            p = make_proxy(repo)
+            p.synchronize()
+            print(p.describe())
+    """}
+
+
+def test_a_method_of_what_a_factory_returns_is_followed(tmp_path):
+    assert lint_tree(tmp_path, FACTORY) == [("train.py", "HK101", 9, 7)]
+
+
+def test_a_factory_of_two_classes_types_nothing(tmp_path):
+    files = dict(FACTORY)
+    files["hub.py"] = FACTORY["hub.py"].replace("""        proxy = Proxy(repo)
+        return proxy""", """        if repo:
+            return Proxy(repo)
+        return Local(repo)
+
+
+    class Local:
+        def synchronize(self):
+            pass""")
+    assert lint_tree(tmp_path, files) == []
