@@ -335,6 +335,7 @@ class _Walker:
         self.members_only = 0
         #: the sides of the enclosing ``if`` tests of fixed values (:func:`_side`) the walk is on
         self.sides = ()
+        self._stored_attrs = None
         #: ids of the ``if`` statements of a ``try`` body and its ``finally`` block that pair up
         #: (:meth:`paired_ifs`)
         self.paired = frozenset()
@@ -781,7 +782,7 @@ class _Walker:
         for e in reversed(self.exits):
             if e.loop is not None and e.loop not in loops:
                 continue
-            if e.sides and any((key, not pol) in self.sides for key, pol in e.sides):
+            if e.sides and _exclusive(e.sides, self.sides):
                 # the exit stands where a fixed test holds and this call where it does not: the
                 # ranks that leave would not reach it anyway (`if store is None: raise` ...
                 # `if store is not None: all_gather(...)`)
@@ -986,6 +987,24 @@ class _Walker:
             return True
         callee = self.project.callee(self.mod, self.ff.cls, self.ff.qualname, call)
         return callee is not None and callee.noreturn
+
+    def _stored(self):
+        """The ``self.x`` of this method's class that only its ``__init__`` assigns (settings
+        fixed for the object's life: Lightning's ``self._state_dict_type``), as ``"self.x"``
+        strings; built once. Empty outside a class, or for a class without ``__init__`` here."""
+        if self._stored_attrs is None:
+            init, other = set(), set()
+            cls = self.ff.cls
+            for ff in self.mod.funcs.values() if cls else ():
+                if ff.cls != cls or ff.node is None or not ff.qualname.startswith(cls + "."):
+                    continue
+                into = init if ff.qualname == cls + ".__init__" else other
+                for n in walk_local(ff.node):
+                    if isinstance(n, ast.Attribute) and isinstance(n.ctx, (ast.Store, ast.Del)) and \
+                            isinstance(n.value, ast.Name) and n.value.id == "self":
+                        into.add("self." + n.attr)
+            self._stored_attrs = frozenset(init - other)
+        return self._stored_attrs
 
     def _through(self, stmts, before):
         """The early exits that matter after block ``stmts`` (just walked; ``before``: the exits
@@ -1257,10 +1276,14 @@ class _Walker:
                 ga = gb = None
             members = mentions_membership(st.test)
             self.members_only += members
-            side = _side(st.test, self.taint.assigned)
+            side = _side(st.test, self.taint.assigned, self._stored())
             outer = self.sides
-            if side is not None:
-                self.sides = outer + (side,)
+            # the body runs where every conjunct of an `and` holds, the `else` where every
+            # disjunct of an `or` fails: each fixed one is a side too
+            body_sides = _part_sides(st.test, ast.And, True, self.taint.assigned, self._stored())
+            else_sides = _part_sides(st.test, ast.Or, False, self.taint.assigned, self._stored())
+            if side is not None or body_sides:
+                self.sides = outer + ((side,) if side is not None else ()) + body_sides
             outer_path = self.rank_path
             if rc is not None:
                 self.rank_path = outer_path + (rc + (True,),)
@@ -1268,8 +1291,8 @@ class _Walker:
             self.members_only -= members
             after_body = self._through(st.body, before)
             self.exits = list(before)
-            if side is not None:
-                self.sides = outer + ((side[0], not side[1]),)
+            if side is not None or else_sides:
+                self.sides = outer + (((side[0], not side[1]),) if side is not None else ()) + else_sides
             if rc is not None:
                 self.rank_path = outer_path + (rc + (False,),)
             self.block(st.orelse, guards + ((gb,) if gb else ()), loops)
@@ -1286,7 +1309,8 @@ class _Walker:
                         if same_exit and (kind == "return" or agree):
                             continue
                         loop = loops[-1] if kind in ("continue", "break") and loops else None
-                        sides = outer + (((side[0], side[1] == pol),) if side is not None else ())
+                        sides = outer + (((side[0], side[1] == pol),) if side is not None else ()) + \
+                            (body_sides if pol else else_sides)
                         note = self._raise_note(st.body if pol else st.orelse) if kind == "raise" else ""
                         self.exits.append(_Exit(st.lineno, lv, kind, loop, abort, ga.direct, sides, note))
                 if "raise" in ka & kb and not (abort_a or abort_b):
@@ -1429,17 +1453,22 @@ def _raise_tests(stmts):
     return frozenset(out) or None
 
 
-def _side(test, assigned):
+def _side(test, assigned, fixed=frozenset()):
     """``(key, polarity)`` of an ``if`` test that reads only names the function never assigns
-    (its parameters, globals) and constants, through ``not``, ``is``/``==``/``in`` and their
+    (its parameters, globals), ``self`` attributes only the class's ``__init__`` assigns
+    (``fixed``: :meth:`_Walker._stored`) and constants, through ``not``, ``is``/``==``/``in`` and their
     negations (``store is None`` and ``store is not None`` are one key, opposite polarities);
-    None for any other test (a call, an attribute: its value can change between two tests)."""
+    None for any other test (a call, another object's attribute: its value can change between
+    two tests)."""
     pol = True
     while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         test, pol = test.operand, not pol
     for n in ast.walk(test):
         if isinstance(n, ast.Name):
-            if n.id in assigned:
+            if n.id in assigned and n.id != "self":
+                return None
+        elif isinstance(n, ast.Attribute):
+            if not (isinstance(n.value, ast.Name) and n.value.id == "self") or "self." + n.attr not in fixed:
                 return None
         elif not isinstance(n, (ast.Constant, ast.Compare, ast.Load, ast.cmpop)):
             return None
@@ -1452,9 +1481,40 @@ def _side(test, assigned):
         else:
             op = type(test.ops[0]).__name__
         return (ast.dump(test.left), op, ast.dump(test.comparators[0])), pol
-    if isinstance(test, ast.Name):
+    if isinstance(test, (ast.Name, ast.Attribute)):
         return ast.dump(test), pol
     return None
+
+
+def _part_sides(test, op, pol, assigned, fixed):
+    """The :func:`_side` of each fixed operand of ``test`` when it is a boolean ``op`` (``and``:
+    each holds where the ``if`` body runs, ``pol`` True; ``or``: each fails in its ``else``,
+    ``pol`` False), as a tuple; empty for any other test."""
+    if not (isinstance(test, ast.BoolOp) and isinstance(test.op, op)):
+        return ()
+    out = []
+    for v in test.values:
+        got = _side(v, assigned, fixed)
+        if got is not None:
+            out.append((got[0], got[1] == pol))
+    return tuple(out)
+
+
+def _exclusive(exit_sides, here):
+    """True when no run can stand on both the sides ``exit_sides`` (an exit's) and ``here``
+    (a call's): one holds a fixed test true where the other holds it false, or both hold
+    ``x == a`` and ``x == b`` for two different constants (Lightning raises only where
+    ``self._state_dict_type == "full"`` and saves only where it is ``"sharded"``)."""
+    mine = set(here)
+    for key, pol in exit_sides:
+        if (key, not pol) in mine:
+            return True
+        if pol and isinstance(key, tuple) and key[1] == "Eq" and key[2].startswith("Constant("):
+            for other, opol in here:
+                if opol and isinstance(other, tuple) and other[0] == key[0] and other[1] == "Eq" and \
+                        other[2] != key[2] and other[2].startswith("Constant("):
+                    return True
+    return False
 
 
 def _pytest_module(path):

@@ -4012,3 +4012,52 @@ def test_torch_xlas_rendezvous_and_ordinals(tmp_path):
                 push()
                 xm.rendezvous("cache pushed")  # HERE
     """, "HK101")
+
+
+# Lightning 2.4.0's checkpoint savers (judged rows 1048, 1050, 1052, 1054): the raise needs a
+# fixed setting that the collective's branch rules out, so no rank that raises was to save
+EXCLUSIVE_SETTING = """
+import torch.distributed.checkpoint as dcp
+
+
+def _is_sharded(path):
+    return path.is_dir() and (path / "meta.pt").is_file()
+
+
+class Strategy:
+    def __init__(self, state_dict_type="full"):
+        self._state_dict_type = state_dict_type
+
+    def save(self, state, path):
+        if path.is_dir() and self._state_dict_type == "full" and not _is_sharded(path):  # BRANCH
+            raise IsADirectoryError(path)
+        if self._state_dict_type == "sharded":
+            dcp.save(state, checkpoint_id=path)  # HERE
+
+
+def save_checkpoint(path, state, full_state_dict):
+    if path.is_dir() and full_state_dict and not _is_sharded(path):
+        raise IsADirectoryError(path)
+    if full_state_dict:
+        print(state)
+    else:
+        dcp.save(state, checkpoint_id=path)
+"""
+
+
+def test_a_raise_under_a_setting_the_collective_rules_out_is_silent(tmp_path):
+    silent(tmp_path, EXCLUSIVE_SETTING)
+
+
+def test_a_setting_another_method_changes_or_the_same_side_is_still_reported(tmp_path):
+    # the attribute is not the constructor's alone: it may differ between the two tests
+    expect(tmp_path, EXCLUSIVE_SETTING.split("\n\ndef save_checkpoint")[0] + """
+
+    def use_sharded(self):
+        self._state_dict_type = "sharded"
+""", "HK203")
+    # the raise and the collective on the same side of the setting
+    found = lint_tree(tmp_path, {"prog.py": EXCLUSIVE_SETTING.replace(
+        "    if full_state_dict:\n        print(state)\n    else:\n        dcp.save(state, checkpoint_id=path)",
+        "    if full_state_dict:\n        dcp.save(state, checkpoint_id=path)")})
+    assert [(c, line, branch) for _, c, line, branch in found] == [("HK203", 24, 21)], found
