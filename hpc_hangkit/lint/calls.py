@@ -36,8 +36,6 @@ def _method_ref(mod, cls, scope, parts):
             ff = mod.funcs.get(scope)
             typ = ff.var_types.get(parts[0]) if ff is not None else None
         if typ is not None:
-            if typ.__class__ is tuple:  # what a tree function returns: known after propagation
-                return ("ret", typ[1], parts[-1])
             if typ in mod.bases and typ not in mod.imports:
                 return ("cls", mod.key, typ, parts[-1])
             q = qualify(mod, typ.split("."))
@@ -56,6 +54,21 @@ def _first_arg(mod, ff, call):
         return 0
     parts = dotted(f)
     return 1 if parts and _method_ref(mod, ff.cls, ff.qualname, parts) is not None else 0
+
+
+def made_ref(mod, cls, scope, call):
+    """``("ret", factory ref, method)`` for ``x.method(...)`` in function ``scope`` of ``mod``
+    when the local ``x`` holds what a tree function returns (``FuncFacts.made``: ``proxy =
+    make_proxy()``), else None. :meth:`Project.resolve` follows it to the method of the class
+    that function builds; nothing else reads it (what the call returns, what it is handed, how
+    it is agreed are those of a call the lint cannot name)."""
+    f = call.func
+    if f.__class__ is not ast.Attribute or f.value.__class__ is not ast.Name:
+        return None
+    ff = mod.funcs.get(scope)
+    made = ff.made if ff is not None else None
+    ref = made.get(f.value.id) if made else None
+    return ("ret", ref, f.attr) if ref is not None else None
 
 
 def call_ref(mod, cls, scope, call):
@@ -246,7 +259,9 @@ class Project:
             if name in receivers and name not in ff.var_types:
                 ref = call_ref(mod, ff.cls, ff.qualname, call)
                 if ref is not None and ref[0] in ("q", "local") and not _dead_ref(mod, ref):
-                    ff.var_types[name] = ("ret", ref)
+                    if ff.made is None:
+                        ff.made = {}
+                    ff.made[name] = ref
 
     def _facts(self, mod, ff):
         node = ff.node
@@ -311,6 +326,11 @@ class Project:
                                     ff.elem_args = list(ff.elem_args) + elems
                                 if lv:
                                     ff.arg_calls.append((ref, lv))
+                    elif ff.made:
+                        # only as an edge of the call graph: what reaches a collective
+                        ref = made_ref(mod, ff.cls, ff.qualname, n)
+                        if ref is not None:
+                            ff.calls.append((ref, n.lineno, n.col_offset, call_info(mod, n)))
             elif nt is _RETURN and n.value is not None:
                 has_return = True
                 rets.append(n.value)
@@ -1033,6 +1053,8 @@ class Project:
         """The tree function ``call`` resolves to, or None; specialised to the call's constant
         arguments (:meth:`specialized`)."""
         ref = call_ref(mod, cls, scope, call)
+        if ref is None:
+            ref = made_ref(mod, cls, scope, call)
         ff = self.resolve(ref)
         return self.specialized(ff, ref, call_info(mod, call)) if ff is not None else None
 

@@ -69,7 +69,7 @@ class FuncFacts:
                  "ret_elem_trips", "equal_count", "elem_args", "called", "p2p", "free_calls",
                  "uniform_params", "passes", "open_params", "ret_pad", "ret_fields", "agrees",
                  "ret_direct", "ret_none", "ret_none_params", "rebinds", "keeps_none", "raise_at", "raise_line", "kwarg",
-                 "forwards", "varpos", "ret_type")
+                 "forwards", "varpos", "ret_type", "made")
 
     def __init__(self, module, qualname, cls, line, node, path=None):
         self.module = module
@@ -103,9 +103,12 @@ class FuncFacts:
         self.attr_params = {}
         #: it raises outside any ``try`` of its own (a caller's rank branch that calls it may raise)
         self.raises = False
-        #: local name -> dotted name of the tree class it is built from (``ckpt = Checkpointer(d)``),
-        #: or ``("ret", call ref)`` for an object a tree function returns (``proxy = make_proxy()``)
+        #: local name -> dotted name of the tree class it is built from (``ckpt = Checkpointer(d)``)
         self.var_types = {}
+        #: None, or local name -> the call ref of the tree function whose return it holds
+        #: (``proxy = make_proxy()``): its methods' calls are followed when that function's
+        #: ``ret_type`` is known (:func:`hpc_hangkit.lint.calls.made_ref`)
+        self.made = None
         #: the class of the object every return builds (``return Proxy(...)``), as a ref a method
         #: name completes: ``("cls", module key, class)`` or ``("q", qualified class, module key)``
         self.ret_type = None
