@@ -27,7 +27,7 @@ __all__ = ["COLLECTIVE_MODULES", "QUALIFIED", "DISTINCT", "GENERIC", "COMMISH", 
 
 #: qualified-name prefixes whose functions named in DISTINCT or GENERIC are collectives
 COLLECTIVE_MODULES = ("torch.distributed", "mpi4py", "accelerate", "lightning", "pytorch_lightning",
-                      "deepspeed", "horovod", "hpc_hangkit", "torch_xla")
+                      "deepspeed", "horovod", "hpc_hangkit", "torch_xla", "mpi4jax")
 
 #: collective method/function names distinctive enough to match on any receiver
 DISTINCT = {
@@ -36,6 +36,8 @@ DISTINCT = {
     "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single",
     "broadcast_object_list", "scatter_object_list", "gather_object", "monitored_barrier",
     "all_reduce_coalesced",
+    # a DTensor's gather of its shards (FSDP2, tensor parallel): every rank of its mesh takes part
+    "full_tensor",
     # mpi4py (upper case: buffer API; lower case: pickle API)
     "allreduce", "Allreduce", "Barrier", "bcast", "Bcast", "allgather", "Allgather", "Allgatherv",
     "alltoall", "Alltoall", "Alltoallv", "Reduce", "Reduce_scatter", "Reduce_scatter_block",
@@ -70,7 +72,14 @@ COMMISH = re.compile(r"(^|_)(comm|mpi|world|strategy|accelerator|dist|pg|process
 QUALIFIED = {"torch.distributed.checkpoint." + n for n in (
     "save", "load", "async_save", "save_state_dict", "load_state_dict",
     "state_dict_saver.save", "state_dict_saver.async_save", "state_dict_saver.save_state_dict",
-    "state_dict_loader.load", "state_dict_loader.load_state_dict")}
+    "state_dict_loader.load", "state_dict_loader.load_state_dict")} | {
+    # FSDP's static methods that gather or scatter the sharded state over the group (an
+    # optimizer state dict gathered on rank 0 only hangs: Zero-to-Wan PR #1), and its
+    # full-parameter context
+    cls + "." + n for cls in ("torch.distributed.fsdp.FullyShardedDataParallel",
+                              "torch.distributed.fsdp.fully_sharded_data_parallel.FullyShardedDataParallel")
+    for n in ("optim_state_dict", "full_optim_state_dict", "sharded_optim_state_dict",
+              "scatter_full_optim_state_dict", "optim_state_dict_to_load", "summon_full_params")}
 
 #: library methods that are collective, matched on a receiver named like their owner:
 #: ``accelerator.save_state`` (DeepSpeed/FSDP checkpoints synchronise), a DeepSpeed engine's

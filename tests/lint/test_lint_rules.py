@@ -735,3 +735,38 @@ def test_a_factory_of_two_classes_types_nothing(tmp_path):
         def synchronize(self):
             pass""")
     assert lint_tree(tmp_path, files) == []
+
+
+# recall5 t04 (Zero-to-Wan PR #1) and t02 (bergson PR #376): FSDP's optimizer-state gather and a
+# DTensor's full_tensor() are collectives; mpi4jax's allreduce is mpi4py's
+@pytest.mark.parametrize("call, imports", [
+    ("FSDP.optim_state_dict(model, opt)", "from torch.distributed.fsdp import FullyShardedDataParallel as FSDP"),
+    ("model.weight.full_tensor()", "import torch"),
+    ("mpi4jax.allreduce(model, op=None)", "import mpi4jax"),
+])
+def test_fsdp_state_gathers_dtensor_full_tensor_and_mpi4jax_are_collectives(tmp_path, call, imports):
+    expect(tmp_path, """
+%s
+import torch.distributed as dist
+
+
+def save(model, opt):
+    if dist.get_rank() == 0:  # BRANCH
+        state = %s  # HERE
+        print(state)
+""" % (imports, call), "HK101")
+
+
+def test_fsdp_gather_on_every_rank_and_a_plain_tensor_method_are_silent(tmp_path):
+    silent(tmp_path, """
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+
+    def save(model, opt, path):
+        state = FSDP.optim_state_dict(model, opt)
+        if dist.get_rank() == 0:
+            torch.save(state, path)
+            torch.save(model.state_dict(), path + ".model")
+    """)
