@@ -56,6 +56,25 @@ def _first_arg(mod, ff, call):
     return 1 if parts and _method_ref(mod, ff.cls, ff.qualname, parts) is not None else 0
 
 
+#: calls that apply their first argument, a function, at once on this rank (``map(f, xs)``,
+#: ``jax.tree_util.tree_map(sum_inplace, grads)``: netket's gradient all-reduce), by the last
+#: part of their name
+HIGHER_ORDER = {"map", "starmap", "tree_map", "tree_map_", "tree_map_only", "tree_map_with_path"}
+#: the :func:`call_info` of a function applied by a higher-order call: its arguments unknown
+_APPLIED = (0, (), (), False, True)
+
+
+def applied_ref(mod, cls, scope, call):
+    """The call ref of the function a higher-order call applies (:data:`HIGHER_ORDER`:
+    ``tree_map(sum_inplace, g)`` -> ``sum_inplace``'s ref), or None. A plain name or an attribute
+    chain (``self.reduce``) only; a lambda or a call's result is not followed."""
+    f = call.func
+    name = f.attr if f.__class__ is ast.Attribute else f.id if f.__class__ is _NAME else None
+    if name not in HIGHER_ORDER or not call.args or call.args[0].__class__ not in (_NAME, ast.Attribute):
+        return None
+    return call_ref(mod, cls, scope, ast.Call(func=call.args[0], args=[], keywords=[]))
+
+
 def made_ref(mod, cls, scope, call):
     """``("ret", factory ref, method)`` for ``x.method(...)`` in function ``scope`` of ``mod``
     when the local ``x`` holds what a tree function returns (``FuncFacts.made``: ``proxy =
@@ -301,6 +320,11 @@ class Project:
                     if kind == "p2p":
                         mod.has_p2p = ff.p2p = True
                     ref = call_ref(mod, ff.cls, ff.qualname, n)
+                    if n.args:
+                        # `tree_map(sum_inplace, g)`: an edge to the function it applies
+                        applied = applied_ref(mod, ff.cls, ff.qualname, n)
+                        if applied is not None and not _dead_ref(mod, applied):
+                            ff.calls.append((applied, n.lineno, n.col_offset, _APPLIED))
                     if ref is not None:
                         ff.calls.append((ref, n.lineno, n.col_offset, call_info(mod, n)))
                         # what a call handed arguments passes on matters only for a tree callee
@@ -1056,6 +1080,10 @@ class Project:
         if ref is None:
             ref = made_ref(mod, cls, scope, call)
         ff = self.resolve(ref)
+        if ff is None:
+            ref = applied_ref(mod, cls, scope, call)
+            ff = self.resolve(ref)
+            return self.specialized(ff, ref, _APPLIED) if ff is not None else None
         return self.specialized(ff, ref, call_info(mod, call)) if ff is not None else None
 
     def specialized(self, ff, ref, info, new=None):

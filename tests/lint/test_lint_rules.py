@@ -770,3 +770,44 @@ def test_fsdp_gather_on_every_rank_and_a_plain_tensor_method_are_silent(tmp_path
             torch.save(state, path)
             torch.save(model.state_dict(), path + ".model")
     """)
+
+
+# netket #651's gradient sum (recall5 t07): `tree_map(sum_inplace, grads)` applies a function
+# whose mpi4jax allreduce every rank must reach; map() likewise
+@pytest.mark.parametrize("apply", ["tree_map(sum_inplace, grads)", "list(map(sum_inplace, grads))"])
+def test_a_function_applied_by_tree_map_or_map_is_reached(tmp_path, apply):
+    expect(tmp_path, """
+import mpi4jax
+from jax.tree_util import tree_map
+from mpi4py import MPI
+
+
+def sum_inplace(x):
+    res, _ = mpi4jax.allreduce(x, op=MPI.SUM, comm=MPI.COMM_WORLD)
+    return res
+
+
+def gradient(grads):
+    if MPI.COMM_WORLD.Get_rank() == 0:  # BRANCH
+        return %s  # HERE
+    return grads
+""" % apply, "HK101")
+
+
+def test_a_function_only_handed_on_is_not_applied(tmp_path):
+    silent(tmp_path, """
+    import threading
+    import mpi4jax
+    from mpi4py import MPI
+
+
+    def sum_inplace(x):
+        res, _ = mpi4jax.allreduce(x, op=MPI.SUM, comm=MPI.COMM_WORLD)
+        return res
+
+
+    def start(grads):
+        if MPI.COMM_WORLD.Get_rank() == 0:
+            print(sorted(grads, key=sum_inplace))
+            threading.Thread(target=sum_inplace, args=(grads,))
+    """)
