@@ -1,0 +1,82 @@
+# Excerpt in the shape of talmolab/sleap-nn sleap_nn/training/callbacks.py
+# (WandBVizCallback, UnifiedVizCallback) after the fix 699a8e2e (PR #437).
+# Unrelated code dropped.
+from typing import Callable
+
+from lightning.pytorch.callbacks import Callback
+import wandb
+
+
+class WandBVizCallback(Callback):
+    """Log visualization images to wandb at the end of each training epoch."""
+
+    def __init__(self, train_viz_fn: Callable, val_viz_fn: Callable, log_table: bool = False):
+        super().__init__()
+        self.train_viz_fn = train_viz_fn
+        self.val_viz_fn = val_viz_fn
+        self.log_table = log_table
+        self.renderers = {}
+
+    def _get_wandb_logger(self, trainer):
+        from lightning.pytorch.loggers import WandbLogger
+
+        for logger in trainer.loggers:
+            if isinstance(logger, WandbLogger):
+                return logger
+        return None
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        if trainer.is_global_zero:
+            epoch = trainer.current_epoch
+
+            wandb_logger = self._get_wandb_logger(trainer)
+
+            # Only do visualization work if wandb logger is available
+            if wandb_logger is not None:
+                train_data = self.train_viz_fn()
+                val_data = self.val_viz_fn()
+
+                log_dict = {}
+                for mode_name, renderer in self.renderers.items():
+                    suffix = "" if mode_name == "direct" else f"_{mode_name}"
+                    log_dict[f"viz/train/predictions{suffix}"] = renderer.render(train_data)
+                    log_dict[f"viz/val/predictions{suffix}"] = renderer.render(val_data)
+
+                if log_dict:
+                    log_dict["epoch"] = epoch
+                    wandb_logger.experiment.log(log_dict, commit=False)
+
+                if self.log_table and "direct" in self.renderers:
+                    table = wandb.Table(columns=["Epoch", "Train", "Validation"], data=[[epoch]])
+                    wandb_logger.experiment.log({"predictions_table": table}, commit=False)
+
+        # Sync all processes - barrier must be reached by ALL ranks
+        trainer.strategy.barrier()
+
+
+class UnifiedVizCallback(Callback):
+    """Generate all visualizations once per epoch and send them to every destination."""
+
+    def __init__(self, train_pipeline, val_pipeline, log_wandb: bool = True):
+        super().__init__()
+        self.train_pipeline = train_pipeline
+        self.val_pipeline = val_pipeline
+        self.log_wandb = log_wandb
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        if trainer.is_global_zero:
+            epoch = trainer.current_epoch
+            wandb_logger = self._get_wandb_logger(trainer) if self.log_wandb else None
+
+            train_sample = next(self.train_pipeline)
+            train_data = self._get_viz_data(train_sample)
+            self._save_local_viz(train_data, "train", epoch)
+            self._log_wandb_viz(train_data, "train", epoch, wandb_logger)
+
+            val_sample = next(self.val_pipeline)
+            val_data = self._get_viz_data(val_sample)
+            self._save_local_viz(val_data, "validation", epoch)
+            self._log_wandb_viz(val_data, "val", epoch, wandb_logger)
+
+        # Sync all processes - barrier must be reached by ALL ranks
+        trainer.strategy.barrier()
