@@ -102,6 +102,24 @@ def spawn():
         _kill_group(p)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _lint_cache_home():
+    """The lint's default facts cache in a directory of this session's own, never the user's
+    ~/.cache: every lint test after the first that reads the same files reads their facts from
+    it, so the suite also checks that a cached run finds what a fresh one does."""
+    import shutil
+    import tempfile
+    old = os.environ.get("XDG_CACHE_HOME")
+    home = tempfile.mkdtemp(prefix="hk-lint-cache-")
+    os.environ["XDG_CACHE_HOME"] = home
+    yield home
+    if old is None:
+        os.environ.pop("XDG_CACHE_HOME", None)
+    else:
+        os.environ["XDG_CACHE_HOME"] = old
+    shutil.rmtree(home, ignore_errors=True)
+
+
 @pytest.fixture(autouse=True)
 def _reports_match_the_schema(request):
     """After the test (and after its processes are killed: this fixture is set up first,
