@@ -28,11 +28,12 @@ def _codes(values):
 @click.option("--jobs", type=click.IntRange(min=1), default=None, metavar="N",
               help="Worker processes for parsing and checking files (default: the usable cores when there "
               "are 200 files or more, else 1). The findings do not depend on it.")
-@click.option("--cache-dir", type=click.Path(file_okay=False), default=None, metavar="DIR",
+@click.option("--cache-dir", type=click.Path(), default=None, metavar="DIR",
               help="Keep each file's indexed facts here, so that a file unchanged since an earlier run "
               "(same lint, settings and set of files) is not parsed again (default: "
               "$XDG_CACHE_HOME/hpc-hangkit/lint, else ~/.cache/hpc-hangkit/lint). The findings do not "
-              "depend on it.")
+              "depend on it; a directory that cannot be used (not yours alone, not writable, not a "
+              "directory) is said on stderr and the run goes on without it.")
 @click.option("--no-cache", is_flag=True, help="Read and write no facts cache.")
 @click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False), default=None,
               help="pyproject.toml to read [tool.hpc-hangkit.lint] from (default: the nearest one at or above the "

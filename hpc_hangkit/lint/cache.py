@@ -31,8 +31,12 @@ PRUNE_DAYS = 7
 
 
 def default_dir():
-    """``$XDG_CACHE_HOME/hpc-hangkit/lint``, else ``~/.cache/hpc-hangkit/lint`` (a path; not created)."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    """``$XDG_CACHE_HOME/hpc-hangkit/lint``, else ``~/.cache/hpc-hangkit/lint`` (a path; not
+    created). A relative ``XDG_CACHE_HOME`` is ignored, as the XDG base directory
+    specification asks (it would put the cache inside whatever directory the lint runs in)."""
+    base = os.environ.get("XDG_CACHE_HOME") or ""
+    if not os.path.isabs(base):
+        base = os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "hpc-hangkit", "lint")
 
 

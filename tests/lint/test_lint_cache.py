@@ -183,3 +183,17 @@ def test_a_file_named_another_way_or_in_another_package_is_not_read_from_the_cac
     (tmp_path / "src" / "__init__.py").write_text("")
     res = lint_paths([alone], cache_dir=cache)
     assert res.cache["hits"] == 0 and _key(res) == _key(lint_paths([alone]))
+
+
+def test_a_relative_xdg_cache_home_is_ignored_and_a_file_as_cache_dir_is_only_said(tmp_path):
+    src = _tree(tmp_path / "src")
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"XDG_CACHE_HOME": "relative", "HOME": str(home)}
+    r = _cli("--format", "json", src, cwd=str(tmp_path), env=env)
+    assert r.returncode == 1 and not (tmp_path / "relative").exists()
+    assert len(os.listdir(str(home / ".cache" / "hpc-hangkit" / "lint"))) == 1
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    r2 = _cli("--cache-dir", str(afile), "--format", "json", src, cwd=str(tmp_path), env=env)
+    assert r2.returncode == 1 and r2.stdout == r.stdout and "facts cache not used" in r2.stderr
