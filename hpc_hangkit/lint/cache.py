@@ -58,6 +58,8 @@ def _private_dir(path):
     try:
         os.makedirs(path, mode=0o700, exist_ok=True)
         st = os.lstat(path)
+    except FileExistsError:  # a file, or a symlink to one, in the way
+        return "%s is not a directory (a symlink is not followed)" % path
     except OSError as e:
         return "cannot create %s: %s" % (path, e.strerror or e)
     if not stat.S_ISDIR(st.st_mode):
