@@ -36,12 +36,26 @@ def _method_ref(mod, cls, scope, parts):
             ff = mod.funcs.get(scope)
             typ = ff.var_types.get(parts[0]) if ff is not None else None
         if typ is not None:
-            if typ in mod.bases and typ not in mod.imports:
-                return ("cls", mod.key, typ, parts[-1])
-            q = qualify(mod, typ.split("."))
-            if q is not None:
-                return ("q", q + "." + parts[-1], mod.key)
+            return _method_of(_class_ref(mod, typ), parts[-1])
     return None
+
+
+def _class_ref(mod, typ):
+    """A class named ``typ`` (dotted) in ``mod``: ``("cls", module key, class)`` for a class of
+    the module, ``("q", qualified name, module key)`` for an imported one, or None."""
+    if typ in mod.bases and typ not in mod.imports:
+        return ("cls", mod.key, typ)
+    q = qualify(mod, typ.split("."))
+    return ("q", q, mod.key) if q is not None else None
+
+
+def _method_of(cls_ref, meth):
+    """The call ref of method ``meth`` of the class :func:`_class_ref` names, or None."""
+    if cls_ref is None:
+        return None
+    if cls_ref[0] == "cls":
+        return cls_ref + (meth,)
+    return ("q", cls_ref[1] + "." + meth, cls_ref[2])
 
 
 def _first_arg(mod, ff, call):
@@ -630,11 +644,8 @@ class Project:
         elif ref[0] == "ret":
             # a method of the object a tree function returns (`make_proxy().synchronize`)
             maker = self.resolve(ref[1])
-            typ = maker.ret_type if maker is not None else None
-            if typ is not None and typ[0] == "cls":
-                out = self._method(typ[1], typ[2], ref[2], 0)
-            elif typ is not None:
-                out = self._qualified(typ[1] + "." + ref[2], typ[2], 0)
+            method = _method_of(maker.ret_type, ref[2]) if maker is not None else None
+            out = self.resolve(method) if method is not None else None
         elif ref[0] == "local":
             _, key, name, nested, sibling = ref
             mod = self.modules.get(key)
@@ -1605,13 +1616,10 @@ def _returned_class(mod, ff, rets):
         got = _built_class(r)
         if got is None and r.__class__ is _NAME:
             got = ff.var_types.get(r.id)
-        if got is None or got.__class__ is tuple or (typ is not None and got != typ):
+        if got is None or (typ is not None and got != typ):
             return None
         typ = got
-    if typ in mod.bases and typ not in mod.imports:
-        return ("cls", mod.key, typ)
-    q = qualify(mod, typ.split("."))
-    return ("q", q, mod.key) if q is not None else None
+    return _class_ref(mod, typ)
 
 
 def _returns_agreeing(mod, r):

@@ -335,7 +335,7 @@ class _Walker:
         self.members_only = 0
         #: the sides of the enclosing ``if`` tests of fixed values (:func:`_side`) the walk is on
         self.sides = ()
-        self._stored_attrs = None
+        self._fixed = None
         #: ids of the ``if`` statements of a ``try`` body and its ``finally`` block that pair up
         #: (:meth:`paired_ifs`)
         self.paired = frozenset()
@@ -988,11 +988,11 @@ class _Walker:
         callee = self.project.callee(self.mod, self.ff.cls, self.ff.qualname, call)
         return callee is not None and callee.noreturn
 
-    def _stored(self):
+    def _fixed_attrs(self):
         """The ``self.x`` of this method's class that only its ``__init__`` assigns (settings
         fixed for the object's life: Lightning's ``self._state_dict_type``), as ``"self.x"``
         strings; built once. Empty outside a class, or for a class without ``__init__`` here."""
-        if self._stored_attrs is None:
+        if self._fixed is None:
             init, other = set(), set()
             cls = self.ff.cls
             for ff in self.mod.funcs.values() if cls else ():
@@ -1003,8 +1003,8 @@ class _Walker:
                     if isinstance(n, ast.Attribute) and isinstance(n.ctx, (ast.Store, ast.Del)) and \
                             isinstance(n.value, ast.Name) and n.value.id == "self":
                         into.add("self." + n.attr)
-            self._stored_attrs = frozenset(init - other)
-        return self._stored_attrs
+            self._fixed = frozenset(init - other)
+        return self._fixed
 
     def _through(self, stmts, before):
         """The early exits that matter after block ``stmts`` (just walked; ``before``: the exits
@@ -1276,12 +1276,12 @@ class _Walker:
                 ga = gb = None
             members = mentions_membership(st.test)
             self.members_only += members
-            side = _side(st.test, self.taint.assigned, self._stored())
+            side = _side(st.test, self.taint.assigned, self._fixed_attrs)
             outer = self.sides
             # the body runs where every conjunct of an `and` holds, the `else` where every
             # disjunct of an `or` fails: each fixed one is a side too
-            body_sides = _part_sides(st.test, ast.And, True, self.taint.assigned, self._stored())
-            else_sides = _part_sides(st.test, ast.Or, False, self.taint.assigned, self._stored())
+            body_sides = _part_sides(st.test, ast.And, True, self.taint.assigned, self._fixed_attrs)
+            else_sides = _part_sides(st.test, ast.Or, False, self.taint.assigned, self._fixed_attrs)
             if side is not None or body_sides:
                 self.sides = outer + ((side,) if side is not None else ()) + body_sides
             outer_path = self.rank_path
@@ -1453,10 +1453,10 @@ def _raise_tests(stmts):
     return frozenset(out) or None
 
 
-def _side(test, assigned, fixed=frozenset()):
+def _side(test, assigned, fixed=frozenset):
     """``(key, polarity)`` of an ``if`` test that reads only names the function never assigns
     (its parameters, globals), ``self`` attributes only the class's ``__init__`` assigns
-    (``fixed``: :meth:`_Walker._stored`) and constants, through ``not``, ``is``/``==``/``in`` and their
+    (``fixed()``, asked only for a test that reads one: :meth:`_Walker._fixed_attrs`) and constants, through ``not``, ``is``/``==``/``in`` and their
     negations (``store is None`` and ``store is not None`` are one key, opposite polarities);
     None for any other test (a call, another object's attribute: its value can change between
     two tests)."""
@@ -1468,7 +1468,7 @@ def _side(test, assigned, fixed=frozenset()):
             if n.id in assigned and n.id != "self":
                 return None
         elif isinstance(n, ast.Attribute):
-            if not (isinstance(n.value, ast.Name) and n.value.id == "self") or "self." + n.attr not in fixed:
+            if not (isinstance(n.value, ast.Name) and n.value.id == "self") or "self." + n.attr not in fixed():
                 return None
         elif not isinstance(n, (ast.Constant, ast.Compare, ast.Load, ast.cmpop)):
             return None
