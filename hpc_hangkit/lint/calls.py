@@ -12,9 +12,10 @@ return value is rank-dependent. Stdlib only.
 import ast
 import os
 import re
+from operator import itemgetter
 
 from hpc_hangkit.lint import collectives as C
-from hpc_hangkit.lint.model import FUNC_RANKISH, FUNC_SIZE, FuncFacts, defaults_of, dotted, module_name, names_of, nodes_of, functions_of, qualify, walk_local
+from hpc_hangkit.lint.model import FUNC_RANKISH, FUNC_SIZE, FuncFacts, defaults_of, dotted, module_name, names_of, nodes_of, functions_of, qualify, walk_local, wrapped_at, wrapper_at
 from hpc_hangkit.lint.taint import Taint, call_kind, collective_aliases, fake_backend, single_process_returns
 from hpc_hangkit.lint.taint import _AGREEING_ARG0, _AGREEING_ARG1, _RETURN_AGREES
 from hpc_hangkit.lint.taint import _is_flag as _flag
@@ -259,6 +260,10 @@ class Project:
         local = mod.local.get(id(ff.node))
         made = []
         receivers = set()
+        # the plain assignments of each local, where the function names a module wrapper
+        wrapped = {}
+        words = mod.words.get(id(ff.node))
+        wrapping = words is None or not words.isdisjoint(C.WRAPPER_CLASSES)
         for n in (local if local is not None else walk_local(ff.node)):
             if n.__class__ is _CALL:
                 f = n.func
@@ -269,12 +274,17 @@ class Project:
                 continue
             t = n.targets[0]
             attr = _self_attr(t) if ff.cls else None
-            if attr is not None and "." not in attr:
+            if (attr is not None and "." not in attr) or (wrapping and t.__class__ is _NAME):
+                w = None
                 for x in ast.walk(n.value):
                     if isinstance(x, ast.Call):
                         d = dotted(x.func)
                         if d and d[-1] in C.WRAPPER_CLASSES:
-                            mod.collective_attrs[(ff.cls, attr)] = d[-1]
+                            w = d[-1]
+                if t.__class__ is _NAME:
+                    wrapped.setdefault(t.id, []).append((n.lineno, w))
+                elif w is not None:
+                    mod.collective_attrs[(ff.cls, attr)] = w
             if not isinstance(n.value, ast.Call):
                 continue
             d = _built_class(n.value)
@@ -286,6 +296,9 @@ class Project:
                 ff.var_types[t.id] = d
             elif attr is not None and "." not in attr:
                 mod.attr_types.setdefault((ff.cls, attr), d)
+        wrapped = {k: tuple(sorted(v, key=itemgetter(0))) for k, v in wrapped.items() if any(w for _, w in v)}
+        if wrapped:
+            ff.wrapped = wrapped
         for name, call in made:
             # `proxy = make_proxy(...)`, then `proxy.synchronize()`: typed when the tree function
             # called returns an object of one class (Project.resolve, after propagation)
@@ -323,6 +336,10 @@ class Project:
             if nt is _CALL:
                 # a taint once built has asked every call's kind (:meth:`Taint.call_kind` remembers it)
                 kind, name = taint.call_kind(n) if taint is not None else call_kind(mod, n)
+                if kind is None and ff.wrapped is not None:
+                    w = wrapper_at(ff, n)
+                    if w is not None:
+                        kind, name = "collective", w
                 if kind == "collective":
                     ff.directs.append((n.lineno, n.col_offset, name))
                     idx = 0 if name in _AGREEING_ARG0 else 1 if name in _AGREEING_ARG1 else None
@@ -333,7 +350,16 @@ class Project:
                 elif kind is not None or not fake_backend(n):
                     if kind == "p2p":
                         mod.has_p2p = ff.p2p = True
+                    if kind is None and n.func.__class__ is _NAME and n.func.id in params:
+                        if ff.param_called is None:
+                            ff.param_called = {}
+                        at = (n.lineno, n.col_offset)
+                        if at < ff.param_called.get(n.func.id, at):
+                            at = ff.param_called[n.func.id]
+                        ff.param_called[n.func.id] = at
                     ref = call_ref(mod, ff.cls, ff.qualname, n)
+                    if ref is not None and (ff.wrapped or mod.collective_attrs) and (n.args or n.keywords):
+                        self._hands_wrapped(mod, ff, n, ref)
                     if n.args:
                         # `tree_map(sum_inplace, g)`: an edge to the function it applies
                         applied = applied_ref(mod, ff.cls, ff.qualname, n)
@@ -412,6 +438,10 @@ class Project:
                                 used.add(ref)
                     if used:
                         ff.attr_params.setdefault((ff.cls, key), set()).update(used)
+        if ff.param_called:
+            own = ff.param_called.keys() - _assigned(local if local is not None else walk_local(node)) - \
+                {"self", "cls"}
+            ff.param_called = {p: at for p, at in ff.param_called.items() if p in own} or None
         if agreed and params & agreed:
             # a wrapper that hands a parameter as it is to an agreeing collective (`def
             # all_reduce(tensor, op): dist.all_reduce(tensor, op=...)`) agrees its caller's argument
@@ -448,6 +478,10 @@ class Project:
                 _returned_lengths(mod, ff, taint, stmts, params, local if local is not None else walk_local(node))
         if rets and ff.qualname != "<module>":
             ff.ret_type = _returned_class(mod, ff, rets)
+            if ff.ret_elems is None and all(r.__class__ is _CALL for r in rets):
+                refs = {call_ref(mod, ff.cls, ff.qualname, r) for r in rets}
+                if len(refs) == 1 and None not in refs:
+                    ff.ret_through = refs.pop()
         if rets and params:
             ff.ret_params = _flows_from(rets, local if local is not None else walk_local(node), params) or _NONE
         if rets or attr_vals:
@@ -520,6 +554,23 @@ class Project:
         if ff.marked and ff.direct is None:
             ff.direct = ff.qualname.rsplit(".", 1)[-1] + "()"
             ff.direct_line = ff.line
+
+    def _hands_wrapped(self, mod, ff, call, ref):
+        """Note in ``ff.hands_wrapped`` each argument of ``call`` (to ``ref``) that holds a
+        collective module wrapper: a local (:func:`~hpc_hangkit.lint.model.wrapped_at`) or a
+        ``self`` attribute of this class built from one (``mod.collective_attrs``)."""
+        first = _first_arg(mod, ff, call) if call.args else 0
+        for k, a in [(i + first, a) for i, a in enumerate(call.args)] + \
+                [(k.arg, k.value) for k in call.keywords if k.arg]:
+            w = None
+            if a.__class__ is _NAME:
+                w = wrapped_at(ff, a.id, call.lineno)
+            elif ff.cls and a.__class__ is ast.Attribute and a.value.__class__ is _NAME and a.value.id == "self":
+                w = mod.collective_attrs.get((ff.cls, a.attr))
+            if w:
+                if not ff.hands_wrapped:
+                    ff.hands_wrapped = []
+                ff.hands_wrapped.append((ref, k, w))
 
     def _restored(self, cls, attr, value):
         """:func:`_restored` for the module whose facts are built (its saves indexed once, when
@@ -801,6 +852,8 @@ class Project:
         them to ``self`` attributes. The result does not depend on the order of the modules:
         a function takes, among the callees nearest a collective, the smallest by name."""
         self._cache = {}  # resolutions made while modules were still being added
+        self._bind_wrappers()
+        self._through_elems()
         callers = {}
         ret_callers = {}
         self._spec = {}
@@ -860,6 +913,60 @@ class Project:
         self._hand_arguments()
         self._pass_through()
         self._agree_attributes()
+
+    def _bind_wrappers(self):
+        """A parameter that a tree call binds to a collective module wrapper (``evaluate(model)``
+        after ``model = DDP(net)``; ``evaluate(self.model)``), directly or through any chain of
+        functions handing it on as it is, holds one: where the function calls it (``model(x)``),
+        that call is the wrapper's forward, a collective of the function (``direct``). Any one
+        such caller counts (a function also called with the bare module is taken to reach it)."""
+        work = []
+        for ff in self.funcs.values():
+            for ref, k, w in ff.hands_wrapped:
+                callee = self.resolve(ref)
+                p = _bound_param(callee, ref, k) if callee is not None else None
+                if p is not None:
+                    work.append((callee, p, w))
+        if not work:
+            return
+        edges = {}
+        for ff in self.funcs.values():
+            for ref, k, mine in ff.passes:
+                callee = self.resolve(ref)
+                p = _bound_param(callee, ref, k) if callee is not None else None
+                if p is not None:
+                    edges.setdefault(id(ff), []).append((mine, callee, p))
+        seen = set()
+        while work:
+            ff, p, w = work.pop()
+            if (id(ff), p) in seen:
+                continue
+            seen.add((id(ff), p))
+            if ff.param_called and p in ff.param_called and wrapped_at(ff, p, 1) is None:
+                line, col = ff.param_called[p]
+                name = "forward of %s" % w
+                ff.wrapped = dict(ff.wrapped or {}, **{p: ((0, w),)})
+                ff.directs = sorted(list(ff.directs) + [(line, col, name)])
+                if ff.direct is None or line < ff.direct_line:
+                    ff.direct, ff.direct_line = name, line
+            for mine, callee, q in edges.get(id(ff), ()):
+                if mine == p:
+                    work.append((callee, q, w))
+
+    def _through_elems(self):
+        """A function that returns what one tree call returns (``def get_data_loader(...):
+        return get_dataloaders(...)``) returns its tuple: it takes that callee's
+        :attr:`~hpc_hangkit.lint.model.FuncFacts.ret_elems` and ``ret_elem_trips``, through
+        any chain of such functions."""
+        pending = [ff for ff in self.funcs.values() if ff.ret_through is not None and ff.ret_elems is None]
+        changed = True
+        while changed and pending:
+            changed = False
+            for ff in pending:
+                callee = self.resolve(ff.ret_through)
+                if ff.ret_elems is None and callee is not None and callee is not ff and callee.ret_elems is not None:
+                    ff.ret_elems, ff.ret_elem_trips = callee.ret_elems, callee.ret_elem_trips
+                    changed = True
 
     def _uniform_returns(self, nodes):
         """Decide :attr:`~hpc_hangkit.lint.model.FuncFacts.ret_uniform` where it waits on tree
@@ -1334,6 +1441,14 @@ def _handed(taint, mod, ff, call, ref):
             lv[k] = got
     taint._at = None
     return lv, elems
+
+
+def _bound_param(callee, ref, k):
+    """The parameter of ``callee`` that argument ``k`` (a position or keyword) of a call through
+    ``ref`` binds, or None."""
+    bound = 1 if ref[0] in ("self", "super") else 0
+    p = callee.params[k + bound] if isinstance(k, int) and k + bound < len(callee.params) else k
+    return p if p in callee.params else None
 
 
 def _path_aliases(key):

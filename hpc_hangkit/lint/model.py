@@ -69,7 +69,7 @@ class FuncFacts:
                  "ret_elem_trips", "equal_count", "elem_args", "called", "p2p", "free_calls",
                  "uniform_params", "passes", "open_params", "ret_pad", "ret_fields", "agrees",
                  "ret_direct", "ret_none", "ret_none_params", "rebinds", "keeps_none", "raise_at", "raise_line", "kwarg",
-                 "forwards", "varpos", "ret_type", "made")
+                 "forwards", "varpos", "ret_type", "made", "wrapped", "param_called", "hands_wrapped", "ret_through")
 
     def __init__(self, module, qualname, cls, line, node, path=None):
         self.module = module
@@ -109,6 +109,18 @@ class FuncFacts:
         #: (``proxy = make_proxy()``): its methods' calls are followed when that function's
         #: ``ret_type`` is known (:func:`hpc_hangkit.lint.calls.made_ref`)
         self.made = None
+        #: None, or local name -> ``((line, wrapper class or None), ...)``, its plain assignments in
+        #: line order, for a local some assignment builds a collective module wrapper (``model =
+        #: DDP(net)``): calling it after such an assignment is the wrapper's forward
+        #: (:meth:`wrapper_at`)
+        self.wrapped = None
+        #: None, or parameter -> ``(line, col)`` of its first call as a function (``model(x)``),
+        #: for the parameters the function never assigns: a caller that binds one to a module
+        #: wrapper makes that call its forward (:meth:`~hpc_hangkit.lint.calls.Project._bind_wrappers`)
+        self.param_called = None
+        #: ``[(call ref, param index or keyword, wrapper class)]``: a module wrapper handed to a
+        #: tree call (``evaluate(model)`` after ``model = DDP(net)``, ``evaluate(self.model)``)
+        self.hands_wrapped = ()
         #: the class of the object every return builds (``return Proxy(...)``), as a ref a method
         #: name completes: ``("cls", module key, class)`` or ``("q", qualified class, module key)``
         self.ret_type = None
@@ -172,6 +184,10 @@ class FuncFacts:
         #: as :attr:`ret_elems`, the trip count's level of each element (a loader with a
         #: ``DistributedSampler``: 0 even when built with the rank)
         self.ret_elem_trips = None
+        #: the call ref of the one tree call every return hands back as it is (``return
+        #: get_dataloaders(...)``), when :attr:`ret_elems` is not known: after propagation it
+        #: takes that callee's :attr:`ret_elems` and :attr:`ret_elem_trips`; else None
+        self.ret_through = None
         #: every return hands back a loader that gives every rank as many items (a prepared
         #: loader, one with a distributed sampler): a loop over its value has a uniform trip count
         self.equal_count = False
@@ -204,6 +220,29 @@ class FuncFacts:
         #: indices of the parameters it hands, as they are, to an agreeing collective
         #: (``dist.all_reduce(tensor)`` in a wrapper): the caller's argument there is agreed
         self.agrees = ()
+
+
+def wrapper_at(ff, call):
+    """``"forward of DDP"`` when ``call`` (in function ``ff``) calls a local that holds a
+    collective module wrapper there (:func:`wrapped_at`: ``model = DDP(net)`` then
+    ``model(x)``), else None."""
+    f = call.func
+    if ff.wrapped is None or f.__class__ is not ast.Name:
+        return None
+    w = wrapped_at(ff, f.id, call.lineno)
+    return ("forward of %s" % w) if w else None
+
+
+def wrapped_at(ff, name, line):
+    """The wrapper class (``"DDP"``) that local ``name`` of function ``ff`` holds at ``line``:
+    where its last plain assignment before that line builds one (a parameter every caller
+    may bind to one counts from line 0), else None."""
+    w = None
+    for at, cls in (ff.wrapped or {}).get(name, ()):
+        if at >= line:
+            break
+        w = cls
+    return w
 
 
 def _params(node):

@@ -13,7 +13,7 @@ import re
 from typing import NamedTuple
 
 from hpc_hangkit.lint import collectives as C
-from hpc_hangkit.lint.model import code_of, dotted, qualify, walk_local
+from hpc_hangkit.lint.model import code_of, dotted, qualify, walk_local, wrapper_at
 from hpc_hangkit.lint.calls import call_ref
 from hpc_hangkit.lint.taint import Taint, handler_condition, mentions_membership
 
@@ -357,7 +357,8 @@ class _Walker:
             return None
         callee = self.project.callee(self.mod, self.ff.cls, self.ff.qualname, call)
         if callee is None:
-            return self.project.wrapper(call_ref(self.mod, self.ff.cls, self.ff.qualname, call))
+            return self.project.wrapper(call_ref(self.mod, self.ff.cls, self.ff.qualname, call)) or \
+                wrapper_at(self.ff, call)
         if callee.witness:
             short = callee.qualname.rsplit(".", 1)[-1]
             if callee.witness == short + "()":

@@ -308,6 +308,10 @@ class Taint:
                 self._at = None
             else:  # a loop's element, a part of an unpacked tuple: what the name holds
                 lv = max([self.env.get(n, 0) for n in _names(target)] or [0])
+                if lv and isinstance(part, int):
+                    # `train_dl, valid_dl = get_dataloaders(rank=rank)`: the element's own trip
+                    # count (a loader with a distributed sampler: as many items on every rank)
+                    lv = self._elem_trip(value, part, conds, lv, line)
             for name in _names(target):
                 if lv > self.trip_env.get(name, 0):
                     self.trip_env[name] = lv
@@ -456,6 +460,22 @@ class Taint:
         if callee is not None and callee.ret_elems is not None and i < len(callee.ret_elems):
             return callee.ret_elems[i]
         return self.level(call)
+
+    def _elem_trip(self, call, i, conds, lv, line):
+        """The trip level of element ``i`` of the tuple that tree call ``call`` returns
+        (:attr:`~hpc_hangkit.lint.model.FuncFacts.ret_elem_trips`), with the branch conditions
+        ``conds`` of its assignment at ``line``; ``lv`` (the element's value level) when it is
+        not known."""
+        callee = self.project.callee(self.mod, self.cls, "<module>", call) if self.project is not None else None
+        trips = callee.ret_elem_trips if callee is not None else None
+        if trips is None or i >= len(trips):
+            return lv
+        got = trips[i]
+        saved, self._at = self._at, line or None
+        for kind, c in conds:
+            got = max(got, 1 if kind == "except" else self._cond_level(c))
+        self._at = saved
+        return got
 
     def _part_level(self, call, part):
         """Level of one element of a tuple unpacked from a rank call: ``rank, world =

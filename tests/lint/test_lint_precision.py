@@ -263,6 +263,75 @@ class Trainer:
         if dist.get_rank() == 0:  # BRANCH
             return self.model(x)  # HERE
 """),
+    "ddp_local_forward_on_rank_zero": ("HK101", """
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+def main(net, loader, x):
+    rank = dist.get_rank()
+    model = DDP(net.cuda(), device_ids=[0])
+    for batch in loader:
+        model(batch).sum().backward()
+    if rank == 0:  # BRANCH
+        with torch.no_grad():
+            print(model(x))  # HERE
+"""),
+    "fsdp_local_in_a_script_forward_on_rank_zero": ("HK101", """
+import torch.distributed as dist
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+model = FSDP(build())
+if dist.get_rank() == 0:  # BRANCH
+    model(sample())  # HERE
+"""),
+    "ddp_local_handed_on_to_a_helper_called_on_rank_zero": ("HK101", """
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+def evaluate(model, loader):
+    return sum(model(x).sum() for x in loader)
+
+def train(model, loader, rank):
+    for batch in loader:
+        model(batch).sum().backward()
+    if rank == 0:  # BRANCH
+        evaluate(model, loader)  # HERE
+
+def main(net, loader):
+    model = DDP(net)
+    train(model, loader, dist.get_rank())
+"""),
+    "ddp_attribute_handed_to_a_helper_called_on_rank_zero": ("HK101", """
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+def evaluate(model, loader):
+    return sum(model(x).sum() for x in loader)
+
+class Trainer:
+    def __init__(self, net):
+        self.model = DDP(net)
+
+    def fit(self, loader):
+        if dist.get_rank() == 0:  # BRANCH
+            evaluate(self.model, loader)  # HERE
+"""),
+    "a_tuple_element_loader_sliced_by_rank_without_a_sampler": ("HK105", """
+import torch.distributed as dist
+from torch.utils.data import DataLoader
+
+def get_dataloaders(ds, rank, world):
+    return DataLoader(ds[rank::world]), DataLoader(ds)
+
+def get_data_loader(ds, rank, world):
+    return get_dataloaders(ds, rank, world)
+
+def train(ds):
+    loader, _ = get_data_loader(ds, dist.get_rank(), dist.get_world_size())
+    for batch in loader:  # BRANCH
+        dist.all_reduce(batch)  # HERE
+"""),
     "a_later_assignment_reaches_an_earlier_read_inside_a_loop_around_both": ("HK101", """
 import torch.distributed as dist
 
@@ -753,6 +822,61 @@ def step(t):
 }
 
 SILENT = {
+    # a loader with a distributed sampler gives every rank as many batches: also as an element
+    # of a tuple a tree function returns, and through a function returning that call
+    "distributed_sampler_loaders_unpacked_from_a_tuple_and_through_a_wrapper": """
+import torch.distributed as dist
+from torch.utils.data import DataLoader
+from torch.utils.data.distributed import DistributedSampler
+
+def get_dataloaders(ds, num_replicas=1, rank=0):
+    train = DataLoader(ds, sampler=DistributedSampler(ds, num_replicas=num_replicas, rank=rank))
+    valid = DataLoader(ds, sampler=DistributedSampler(ds, num_replicas=num_replicas, rank=rank))
+    return train, valid
+
+def get_data_loader(ds, num_replicas=1, rank=0):
+    return get_dataloaders(ds, num_replicas, rank)
+
+def train(ds):
+    rank, world = dist.get_rank(), dist.get_world_size()
+    a, _ = get_dataloaders(ds, num_replicas=world, rank=rank)
+    for batch in a:
+        dist.all_reduce(batch)
+    b, _ = get_data_loader(ds, num_replicas=world, rank=rank)
+    for batch in b:
+        dist.all_reduce(batch)
+""",
+    # the inner module (`model.module`) handed to the helper: its forward is not DDP's
+    "ddp_inner_module_handed_to_a_helper_on_rank_zero": """
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+def evaluate(model, loader):
+    return sum(model(x).sum() for x in loader)
+
+def main(net, loader):
+    model = DDP(net)
+    if dist.get_rank() == 0:
+        evaluate(model.module, loader)
+""",
+    # the wrapped module's own forward (`model.module`), the local before it is wrapped and
+    # after it is assigned something else: no collective
+    "ddp_local_inner_module_or_not_yet_wrapped_on_rank_zero": """
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+def main(net, x):
+    rank = dist.get_rank()
+    model = net
+    if rank == 0:
+        model(x)
+    model = DDP(net)
+    if rank == 0:
+        model.module(x)
+    model = net
+    if rank == 0:
+        model(x)
+""",
     "a_flag_agreed_through_an_all_reduce_in_another_method": """
 import torch
 import torch.distributed as dist
