@@ -243,6 +243,7 @@ def _lint(paths, select, ignore, exclude, exclude_roots, jobs, levels, cache_dir
     global _PROJECT
     from hpc_hangkit.lint.calls import Project, set_tree_names
     from hpc_hangkit.lint.files import iter_files
+    from hpc_hangkit.lint.model import holds_wrapper
 
     res = LintResult()
     project = Project()
@@ -271,7 +272,7 @@ def _lint(paths, select, ignore, exclude, exclude_roots, jobs, levels, cache_dir
         _comment_warnings(mod, res.warnings)
     project.propagate()
     keys = list(dict.fromkeys(mod.key for mod in reach if project.modules.get(mod.key) is mod and (
-        mod.has_p2p or any(ff.witness for ff in mod.funcs.values()))))
+        mod.has_p2p or any(ff.witness or holds_wrapper(ff) for ff in mod.funcs.values()))))
     _PROJECT = project
     try:
         for key, found in zip(keys, _map(_check_key, keys, jobs if len(keys) > 1 else 1)):

@@ -260,8 +260,10 @@ class Project:
         local = mod.local.get(id(ff.node))
         made = []
         receivers = set()
-        # the plain assignments of each local, where the function names a module wrapper
-        wrapped = {}
+        # names called as functions or handed to a call, and the plain assignments of each local
+        # (with the module wrapper it builds where the function names one)
+        called = set()
+        plain = {}
         words = mod.words.get(id(ff.node))
         wrapping = words is None or not words.isdisjoint(C.WRAPPER_CLASSES)
         for n in (local if local is not None else walk_local(ff.node)):
@@ -269,6 +271,11 @@ class Project:
                 f = n.func
                 if f.__class__ is ast.Attribute and f.value.__class__ is _NAME:
                     receivers.add(f.value.id)
+                elif f.__class__ is _NAME:
+                    called.add(f.id)
+                for a in n.args:
+                    if a.__class__ is _NAME:
+                        called.add(a.id)
                 continue
             if not isinstance(n, ast.Assign) or len(n.targets) != 1:
                 continue
@@ -282,9 +289,11 @@ class Project:
                         if d and d[-1] in C.WRAPPER_CLASSES:
                             w = d[-1]
                 if t.__class__ is _NAME:
-                    wrapped.setdefault(t.id, []).append((n.lineno, w))
+                    plain.setdefault(t.id, []).append((n.lineno, w, n.value))
                 elif w is not None:
                     mod.collective_attrs[(ff.cls, attr)] = w
+            elif t.__class__ is _NAME:
+                plain.setdefault(t.id, []).append((n.lineno, None, n.value))
             if not isinstance(n.value, ast.Call):
                 continue
             d = _built_class(n.value)
@@ -296,7 +305,21 @@ class Project:
                 ff.var_types[t.id] = d
             elif attr is not None and "." not in attr:
                 mod.attr_types.setdefault((ff.cls, attr), d)
-        wrapped = {k: tuple(sorted(v, key=itemgetter(0))) for k, v in wrapped.items() if any(w for _, w in v)}
+        wrapped = {}
+        for name, sites in plain.items():
+            if not any(w for _, w, _ in sites) and name not in called:
+                continue
+            out = []
+            for line, w, value in sites:
+                if w is None and name in called and value.__class__ is _CALL:
+                    # `model = ddp_wrap(model)`: the wrapper a tree function returns, known
+                    # after propagation (:meth:`Project._bind_wrappers`)
+                    ref = call_ref(mod, ff.cls, ff.qualname, value)
+                    if ref is not None and ref[0] in ("q", "local") and not _dead_ref(mod, ref):
+                        w = ref
+                out.append((line, w))
+            if any(w for _, w in out):
+                wrapped[name] = tuple(sorted(out, key=itemgetter(0)))
         if wrapped:
             ff.wrapped = wrapped
         for name, call in made:
@@ -336,10 +359,13 @@ class Project:
             if nt is _CALL:
                 # a taint once built has asked every call's kind (:meth:`Taint.call_kind` remembers it)
                 kind, name = taint.call_kind(n) if taint is not None else call_kind(mod, n)
-                if kind is None and ff.wrapped is not None:
-                    w = wrapper_at(ff, n)
-                    if w is not None:
-                        kind, name = "collective", w
+                if kind is None and ff.wrapped is not None and n.func.__class__ is _NAME:
+                    w = wrapped_at(ff, n.func.id, n.lineno, True)
+                    if w.__class__ is str:
+                        kind, name = "collective", "forward of %s" % w
+                    elif w is not None:
+                        # what a tree call returned: a wrapper or not, after propagation
+                        ff.local_calls = list(ff.local_calls) + [(n.lineno, n.col_offset, n.func.id)]
                 if kind == "collective":
                     ff.directs.append((n.lineno, n.col_offset, name))
                     idx = 0 if name in _AGREEING_ARG0 else 1 if name in _AGREEING_ARG1 else None
@@ -478,6 +504,7 @@ class Project:
                 _returned_lengths(mod, ff, taint, stmts, params, local if local is not None else walk_local(node))
         if rets and ff.qualname != "<module>":
             ff.ret_type = _returned_class(mod, ff, rets)
+            ff.ret_wrapper = _returned_wrapper(rets)
             if ff.ret_elems is None and all(r.__class__ is _CALL for r in rets):
                 refs = {call_ref(mod, ff.cls, ff.qualname, r) for r in rets}
                 if len(refs) == 1 and None not in refs:
@@ -564,13 +591,15 @@ class Project:
                 [(k.arg, k.value) for k in call.keywords if k.arg]:
             w = None
             if a.__class__ is _NAME:
-                w = wrapped_at(ff, a.id, call.lineno)
+                w = wrapped_at(ff, a.id, call.lineno, True)
+                if w is not None and w.__class__ is not str:
+                    w = (a.id, call.lineno)  # a tree call's result: decided after propagation
             elif ff.cls and a.__class__ is ast.Attribute and a.value.__class__ is _NAME and a.value.id == "self":
                 w = mod.collective_attrs.get((ff.cls, a.attr))
             if w:
                 if not ff.hands_wrapped:
                     ff.hands_wrapped = []
-                ff.hands_wrapped.append((ref, k, w))
+                ff.hands_wrapped.append((ref, k, w, call.lineno, call.col_offset))
 
     def _restored(self, cls, attr, value):
         """:func:`_restored` for the module whose facts are built (its saves indexed once, when
@@ -915,43 +944,133 @@ class Project:
         self._agree_attributes()
 
     def _bind_wrappers(self):
-        """A parameter that a tree call binds to a collective module wrapper (``evaluate(model)``
-        after ``model = DDP(net)``; ``evaluate(self.model)``), directly or through any chain of
-        functions handing it on as it is, holds one: where the function calls it (``model(x)``),
-        that call is the wrapper's forward, a collective of the function (``direct``). Any one
-        such caller counts (a function also called with the bare module is taken to reach it)."""
-        work = []
+        """Where a collective module wrapper is called through a parameter. A function reaches
+        the wrapper's forward through parameter ``p`` (``wrap_reach``) when it calls ``p``
+        (``model(x)``) or hands ``p`` as it is to a function that does. A call that hands such a
+        parameter a wrapper (``evaluate(model)`` after ``model = DDP(net)``; ``evaluate(self.model)``)
+        reaches that forward: the call is a collective of its function (``direct``), and the
+        rules read it at the call (:meth:`wrap_witness`): ``evaluate(model.module)`` elsewhere
+        reaches nothing. A parameter so bound holds the wrapper where its function calls it,
+        directly or through functions handing it on as it is."""
         for ff in self.funcs.values():
-            for ref, k, w in ff.hands_wrapped:
-                callee = self.resolve(ref)
-                p = _bound_param(callee, ref, k) if callee is not None else None
-                if p is not None:
-                    work.append((callee, p, w))
-        if not work:
+            if ff.wrapped is not None and any(w.__class__ is tuple for v in ff.wrapped.values() for _, w in v):
+                self._returned_wrappers(ff)
+        hands = [ff for ff in self.funcs.values() if ff.hands_wrapped]
+        if not hands:
             return
-        edges = {}
+        edges, back = {}, {}
         for ff in self.funcs.values():
             for ref, k, mine in ff.passes:
                 callee = self.resolve(ref)
                 p = _bound_param(callee, ref, k) if callee is not None else None
                 if p is not None:
                     edges.setdefault(id(ff), []).append((mine, callee, p))
-        seen = set()
+                    back.setdefault(id(callee), []).append((p, ff, mine, ref))
+        # what reaches a forward through which parameter: its own call, or a callee's
+        work = []
+        for ff in self.funcs.values():
+            if ff.param_called:
+                ff.wrap_reach = {p: (line, None, None) for p, (line, _col) in ff.param_called.items()}
+                work.append(ff)
         while work:
-            ff, p, w = work.pop()
+            ff = work.pop()
+            for p, caller, mine, ref in back.get(id(ff), ()):
+                if p in ff.wrap_reach and mine not in caller.wrap_reach and mine not in ("self", "cls"):
+                    line = min((x[1] for x in caller.calls if x[0] == ref), default=caller.line)
+                    caller.wrap_reach = dict(caller.wrap_reach, **{mine: (line, ff, p)})
+                    work.append(caller)
+        bound = []
+        for ff in hands:
+            for ref, k, w, line, col in ff.hands_wrapped:
+                if w.__class__ is tuple:
+                    w = wrapped_at(ff, w[0], w[1])
+                    if w is None:
+                        continue
+                callee = self.resolve(ref)
+                p = _bound_param(callee, ref, k) if callee is not None else None
+                if p is None:
+                    continue
+                bound.append((callee, p, w))
+                if p in callee.wrap_reach:
+                    name = "forward of %s" % w
+                    ff.directs = sorted(list(ff.directs) + [(line, col, name)])
+                    if ff.direct is None or line < ff.direct_line:
+                        ff.direct, ff.direct_line = name, line
+        seen = set()
+        while bound:
+            ff, p, w = bound.pop()
             if (id(ff), p) in seen:
                 continue
             seen.add((id(ff), p))
-            if ff.param_called and p in ff.param_called and wrapped_at(ff, p, 1) is None:
-                line, col = ff.param_called[p]
-                name = "forward of %s" % w
+            if ff.param_called and p in ff.param_called and wrapped_at(ff, p, 1, True) is None:
                 ff.wrapped = dict(ff.wrapped or {}, **{p: ((0, w),)})
-                ff.directs = sorted(list(ff.directs) + [(line, col, name)])
-                if ff.direct is None or line < ff.direct_line:
-                    ff.direct, ff.direct_line = name, line
             for mine, callee, q in edges.get(id(ff), ()):
                 if mine == p:
-                    work.append((callee, q, w))
+                    bound.append((callee, q, w))
+
+    def wrap_witness(self, mod, ff, call, callee):
+        """``("forward of DDP", ((path, line, what), ...))`` when ``call`` (in function ``ff`` of
+        ``mod``, resolved to ``callee``) hands a collective module wrapper to a parameter through
+        which ``callee`` reaches its forward (:meth:`_bind_wrappers`): the chain from the callee
+        down to the call of the wrapper; else None."""
+        if not callee.wrap_reach:
+            return None
+        ref = call_ref(mod, ff.cls, ff.qualname, call) or ("q",)
+        first = _first_arg(mod, ff, call) if call.args else 0
+        for k, a in [(i + first, a) for i, a in enumerate(call.args)] + \
+                [(k.arg, k.value) for k in call.keywords if k.arg]:
+            p = _bound_param(callee, ref, k)
+            if p is None or p not in callee.wrap_reach:
+                continue
+            w = None
+            if a.__class__ is _NAME:
+                w = wrapped_at(ff, a.id, call.lineno)
+            elif ff.cls and a.__class__ is ast.Attribute and a.value.__class__ is _NAME and a.value.id == "self":
+                w = mod.collective_attrs.get((ff.cls, a.attr))
+            if not w:
+                continue
+            chain, at = [], callee
+            while len(chain) < 8:
+                line, nxt, q = at.wrap_reach[p]
+                chain.append((at.path, line, ("%s()" % nxt.qualname.rsplit(".", 1)[-1]) if nxt is not None
+                              else "forward of %s" % w))
+                if nxt is None:
+                    break
+                at, p = nxt, q
+            return "forward of %s" % w, tuple(chain)
+        return None
+
+    def _returned_wrappers(self, ff):
+        """Decide the locals of ``ff`` assigned what a tree call returns (``model =
+        ddp_wrap(model, ctx)``): the wrapper class when the callee returns a module wrapper
+        (:attr:`~hpc_hangkit.lint.model.FuncFacts.ret_wrapper`, through functions returning such
+        a call as it is), else None; then the calls of those locals that are the wrapper's
+        forward join ``ff``'s collectives."""
+        wrapped = {}
+        for name, sites in ff.wrapped.items():
+            out = tuple((line, self._ret_wrapper(w) if w.__class__ is tuple else w) for line, w in sites)
+            if any(w for _, w in out):
+                wrapped[name] = out
+        ff.wrapped = wrapped or None
+        found = []
+        for line, col, name in ff.local_calls:
+            w = wrapped_at(ff, name, line)
+            if w is not None:
+                found.append((line, col, "forward of %s" % w))
+        if found:
+            ff.directs = sorted(list(ff.directs) + found)
+            line, _, what = min(found)
+            if ff.direct is None or line < ff.direct_line:
+                ff.direct, ff.direct_line = what, line
+
+    def _ret_wrapper(self, ref, depth=0):
+        """The module wrapper class the tree function ``ref`` names returns, or None."""
+        callee = self.resolve(ref)
+        if callee is None:
+            return None
+        if callee.ret_wrapper is not None or callee.ret_through is None or depth > 4:
+            return callee.ret_wrapper
+        return self._ret_wrapper(callee.ret_through, depth + 1)
 
     def _through_elems(self):
         """A function that returns what one tree call returns (``def get_data_loader(...):
@@ -1441,6 +1560,18 @@ def _handed(taint, mod, ff, call, ref):
             lv[k] = got
     taint._at = None
     return lv, elems
+
+
+def _returned_wrapper(rets):
+    """The module wrapper class (``"DDP"``) one of return values ``rets`` builds (``return
+    DDP(model, ...)``, either side of a conditional expression), or None."""
+    for r in rets:
+        for v in ((r.body, r.orelse) if r.__class__ is ast.IfExp else (r,)):
+            if v.__class__ is _CALL:
+                d = dotted(v.func)
+                if d and d[-1] in C.WRAPPER_CLASSES:
+                    return d[-1]
+    return None
 
 
 def _bound_param(callee, ref, k):

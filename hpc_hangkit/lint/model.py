@@ -47,6 +47,8 @@ _IGNORE_CODES = re.compile(r"^\s*ignore\s*\[([^\]]*)\]\s*(#.*)?$")
 
 #: the empty set every fact starts from (one object: an empty frozenset is not shared, 216 bytes each)
 _NOTHING = frozenset()
+#: the empty ``wrap_reach`` every function starts from (replaced, never changed in place)
+_NO_REACH = {}
 
 
 class FuncFacts:
@@ -69,7 +71,7 @@ class FuncFacts:
                  "ret_elem_trips", "equal_count", "elem_args", "called", "p2p", "free_calls",
                  "uniform_params", "passes", "open_params", "ret_pad", "ret_fields", "agrees",
                  "ret_direct", "ret_none", "ret_none_params", "rebinds", "keeps_none", "raise_at", "raise_line", "kwarg",
-                 "forwards", "varpos", "ret_type", "made", "wrapped", "param_called", "hands_wrapped", "ret_through")
+                 "forwards", "varpos", "ret_type", "made", "wrapped", "param_called", "hands_wrapped", "ret_through", "ret_wrapper", "local_calls", "wrap_reach")
 
     def __init__(self, module, qualname, cls, line, node, path=None):
         self.module = module
@@ -188,6 +190,15 @@ class FuncFacts:
         #: get_dataloaders(...)``), when :attr:`ret_elems` is not known: after propagation it
         #: takes that callee's :attr:`ret_elems` and :attr:`ret_elem_trips`; else None
         self.ret_through = None
+        #: the module wrapper class a return value builds (``return DDP(model)``), else None
+        self.ret_wrapper = None
+        #: ``[(line, col, local name)]``: calls of a local that, there, holds what a tree call
+        #: returned (``model = ddp_wrap(model)``, then ``model(x)``), decided after propagation
+        self.local_calls = ()
+        #: parameter -> ``(line, callee FuncFacts or None, callee's parameter)``: the function
+        #: reaches a module wrapper's forward when that parameter holds one, by calling it at
+        #: ``line`` or handing it there to that callee's parameter (after propagation)
+        self.wrap_reach = _NO_REACH
         #: every return hands back a loader that gives every rank as many items (a prepared
         #: loader, one with a distributed sampler): a loop over its value has a uniform trip count
         self.equal_count = False
@@ -233,16 +244,25 @@ def wrapper_at(ff, call):
     return ("forward of %s" % w) if w else None
 
 
-def wrapped_at(ff, name, line):
+def holds_wrapper(ff):
+    """Function ``ff`` holds a collective module wrapper in a local or a parameter somewhere
+    (after propagation): the rules read its calls of it, and what it hands on, even when it
+    reaches no collective otherwise."""
+    return ff.wrapped is not None and any(w.__class__ is str for v in ff.wrapped.values() for _, w in v)
+
+
+def wrapped_at(ff, name, line, pending=False):
     """The wrapper class (``"DDP"``) that local ``name`` of function ``ff`` holds at ``line``:
-    where its last plain assignment before that line builds one (a parameter every caller
-    may bind to one counts from line 0), else None."""
+    where its last plain assignment before that line builds one (a parameter some caller
+    binds to one counts from line 0), else None. ``pending``: before propagation, the call
+    ref of the tree call whose result it holds there may be returned instead (a class or
+    None once :meth:`~hpc_hangkit.lint.calls.Project._bind_wrappers` has decided it)."""
     w = None
     for at, cls in (ff.wrapped or {}).get(name, ()):
         if at >= line:
             break
         w = cls
-    return w
+    return w if pending or w.__class__ is str else None
 
 
 def _params(node):

@@ -13,7 +13,7 @@ import re
 from typing import NamedTuple
 
 from hpc_hangkit.lint import collectives as C
-from hpc_hangkit.lint.model import code_of, dotted, qualify, walk_local, wrapper_at
+from hpc_hangkit.lint.model import code_of, dotted, holds_wrapper, qualify, walk_local, wrapper_at
 from hpc_hangkit.lint.calls import call_ref
 from hpc_hangkit.lint.taint import Taint, handler_condition, mentions_membership
 
@@ -364,6 +364,9 @@ class _Walker:
             if callee.witness == short + "()":
                 return callee.witness
             return "%s() (reaches %s)" % (short, callee.witness)
+        got = self.project.wrap_witness(self.mod, self.ff, call, callee)
+        if got is not None:
+            return "%s() (reaches %s)" % (callee.qualname.rsplit(".", 1)[-1], got[0])
         return None
 
     def _own_group_size(self, st, rest=()):
@@ -405,10 +408,17 @@ class _Walker:
     def chain(self, call):
         """``((path, line, text, what), ...)`` from a helper's call down to its collective."""
         callee = self.project.callee(self.mod, self.ff.cls, self.ff.qualname, call)
-        if callee is None or not callee.witness or self.taint.call_kind(call)[0] == "collective":
+        if callee is None or self.taint.call_kind(call)[0] == "collective":
             return ()
+        if callee.witness:
+            steps = self.project.chain(callee)
+        else:
+            got = self.project.wrap_witness(self.mod, self.ff, call, callee)
+            if got is None:
+                return ()
+            steps = got[1]
         out = []
-        for path, line, what in self.project.chain(callee):
+        for path, line, what in steps:
             raw = _line_text(self.project, path, line, self.mod)
             name = what.split("(", 1)[0].rsplit(" ", 1)[-1]
             at = raw.find(name + "(") if name else -1
@@ -1682,7 +1692,7 @@ def check_module(project, mod):
     for ff in mod.funcs.values():
         # every rule is about a collective the function reaches, or its own point-to-point
         # calls: a function with neither has nothing to report (nested functions are their own)
-        if ff.witness or ff.p2p:
+        if ff.witness or ff.p2p or holds_wrapper(ff):
             _Walker(project, mod, ff, out).walk()
     kept = [f for f in out if not (mod.ignored(f.line, f.code) or mod.ignored(f.related_line, f.code)
                                    or _ignored_at_collective(project, f))]

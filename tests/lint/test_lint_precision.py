@@ -317,6 +317,25 @@ class Trainer:
         if dist.get_rank() == 0:  # BRANCH
             evaluate(self.model, loader)  # HERE
 """),
+    "a_wrapper_a_tree_function_returns_evaluated_on_rank_zero": ("HK101", """
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+def ddp_wrap(model, enabled):
+    if not enabled:
+        return model
+    return DDP(model)
+
+def evaluate(model, batches):
+    return sum(model(x).sum() for x in batches)
+
+def main(net, batches, enabled):
+    model = ddp_wrap(net, enabled)
+    for step in range(10):
+        evaluate(model, batches)
+    if dist.get_rank() == 0:  # BRANCH
+        evaluate(model, batches)  # HERE
+"""),
     "a_tuple_element_loader_sliced_by_rank_without_a_sampler": ("HK105", """
 import torch.distributed as dist
 from torch.utils.data import DataLoader
@@ -822,6 +841,28 @@ def step(t):
 }
 
 SILENT = {
+    # the helper is handed the wrapper on every rank, and the bare module on rank 0 only: the
+    # call on rank 0 reaches no forward of the wrapper
+    "a_helper_handed_the_unwrapped_module_on_rank_zero": """
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+def ddp_wrap(model):
+    return DDP(model)
+
+def unwrap(model):
+    return model.module if hasattr(model, "module") else model
+
+def evaluate(model, batches):
+    return sum(model(x).sum() for x in batches)
+
+def main(net, batches):
+    model = ddp_wrap(net)
+    for step in range(10):
+        evaluate(model, batches)
+    if dist.get_rank() == 0:
+        evaluate(unwrap(model), batches)
+""",
     # a loader with a distributed sampler gives every rank as many batches: also as an element
     # of a tuple a tree function returns, and through a function returning that call
     "distributed_sampler_loaders_unpacked_from_a_tuple_and_through_a_wrapper": """
