@@ -265,33 +265,43 @@ class Project:
         called = set()
         plain = {}
         words = mod.words.get(id(ff.node))
-        wrapping = words is None or not words.isdisjoint(C.WRAPPER_CLASSES)
+        wrapping = words is None or not words.isdisjoint(_WRAP_WORDS)
         for n in (local if local is not None else walk_local(ff.node)):
             if n.__class__ is _CALL:
                 f = n.func
+                if wrapping and n.args and n.args[0].__class__ is _NAME:
+                    d = dotted(f)
+                    if d and d[-1] in C.SHARDING_CALLS:
+                        # `fully_shard(model)`: the module is sharded in place from here on
+                        plain.setdefault(n.args[0].id, []).append((n.lineno, d[-1], n))
                 if f.__class__ is ast.Attribute and f.value.__class__ is _NAME:
                     receivers.add(f.value.id)
+                    if f.attr == "forward":
+                        called.add(f.value.id)
                 elif f.__class__ is _NAME:
                     called.add(f.id)
                 for a in n.args:
                     if a.__class__ is _NAME:
                         called.add(a.id)
                 continue
+            if n.__class__ is ast.AnnAssign and n.value is not None and n.target.__class__ is _NAME:
+                # `model: nn.Module = DDP(net)`: a plain assignment of the local
+                plain.setdefault(n.target.id, []).append((n.lineno, _wrapper_in(n.value) if wrapping else None,
+                                                          n.value))
+                continue
             if not isinstance(n, ast.Assign) or len(n.targets) != 1:
                 continue
             t = n.targets[0]
             attr = _self_attr(t) if ff.cls else None
             if (attr is not None and "." not in attr) or (wrapping and t.__class__ is _NAME):
-                w = None
-                for x in ast.walk(n.value):
-                    if isinstance(x, ast.Call):
-                        d = dotted(x.func)
-                        if d and d[-1] in C.WRAPPER_CLASSES:
-                            w = d[-1]
+                w = _wrapper_in(n.value)
                 if t.__class__ is _NAME:
                     plain.setdefault(t.id, []).append((n.lineno, w, n.value))
                 elif w is not None:
                     mod.collective_attrs[(ff.cls, attr)] = w
+                elif n.value.__class__ is _NAME and n.value.id in ff.params and n.value.id != "self":
+                    # `self.model = model`: a wrapper a caller hands in (:meth:`_bind_wrappers`)
+                    ff.attr_plain = list(ff.attr_plain) + [(attr, n.value.id)]
             elif t.__class__ is _NAME:
                 plain.setdefault(t.id, []).append((n.lineno, None, n.value))
             if not isinstance(n.value, ast.Call):
@@ -354,18 +364,24 @@ class Project:
         agreed = set()
         attr_vals = []
         local = mod.local.get(id(node))
+        words = mod.words.get(id(node))
+        # `Trainer(DDP(net))`: a wrapper built in a call's arguments (:meth:`_hands_wrapped`)
+        wrap_words = words is None or not words.isdisjoint(C.WRAPPER_CLASSES)
         for n in (local if local is not None else walk_local(node)):
             nt = n.__class__  # by identity: a parsed tree holds no subclasses
             if nt is _CALL:
                 # a taint once built has asked every call's kind (:meth:`Taint.call_kind` remembers it)
                 kind, name = taint.call_kind(n) if taint is not None else call_kind(mod, n)
-                if kind is None and ff.wrapped is not None and n.func.__class__ is _NAME:
-                    w = wrapped_at(ff, n.func.id, n.lineno, True)
-                    if w.__class__ is str:
-                        kind, name = "collective", "forward of %s" % w
-                    elif w is not None:
+                if kind is None and (ff.wrapped is not None or (ff.cls and mod.collective_attrs)):
+                    w = wrapper_at(ff, n) or _attr_state_dict(mod, ff.cls, n)
+                    if w is not None:
+                        kind, name = "collective", w
+                held = _called_local(n) if kind is None and ff.wrapped is not None else None
+                if held is not None:
+                    w = wrapped_at(ff, held, n.lineno, True)
+                    if w is not None and w.__class__ is not str:
                         # what a tree call returned: a wrapper or not, after propagation
-                        ff.local_calls = list(ff.local_calls) + [(n.lineno, n.col_offset, n.func.id)]
+                        ff.local_calls = list(ff.local_calls) + [(n.lineno, n.col_offset, held)]
                 if kind == "collective":
                     ff.directs.append((n.lineno, n.col_offset, name))
                     idx = 0 if name in _AGREEING_ARG0 else 1 if name in _AGREEING_ARG1 else None
@@ -376,15 +392,16 @@ class Project:
                 elif kind is not None or not fake_backend(n):
                     if kind == "p2p":
                         mod.has_p2p = ff.p2p = True
-                    if kind is None and n.func.__class__ is _NAME and n.func.id in params:
+                    held = _called_local(n) if kind is None else None
+                    if held is not None and held in params:
                         if ff.param_called is None:
                             ff.param_called = {}
                         at = (n.lineno, n.col_offset)
-                        if at < ff.param_called.get(n.func.id, at):
-                            at = ff.param_called[n.func.id]
-                        ff.param_called[n.func.id] = at
+                        if at < ff.param_called.get(held, at):
+                            at = ff.param_called[held]
+                        ff.param_called[held] = at
                     ref = call_ref(mod, ff.cls, ff.qualname, n)
-                    if ref is not None and (ff.wrapped or mod.collective_attrs) and (n.args or n.keywords):
+                    if ref is not None and (ff.wrapped or mod.collective_attrs or wrap_words) and (n.args or n.keywords):
                         self._hands_wrapped(mod, ff, n, ref)
                     if n.args:
                         # `tree_map(sum_inplace, g)`: an edge to the function it applies
@@ -444,6 +461,9 @@ class Project:
                     if key is None:
                         continue
                     attr_vals.append((key, n.value))
+                    if "." not in key:
+                        k = (ff.cls, key)
+                        mod.attr_counts[k] = mod.attr_counts.get(k, True) and _equal_count_value(n.value)
                     if tainted and not self._restored(ff.cls, key, n.value):
                         if taint is None:
                             taint = Taint(node, mod, ff.cls, None)
@@ -464,10 +484,6 @@ class Project:
                                 used.add(ref)
                     if used:
                         ff.attr_params.setdefault((ff.cls, key), set()).update(used)
-        if ff.param_called:
-            own = ff.param_called.keys() - _assigned(local if local is not None else walk_local(node)) - \
-                {"self", "cls"}
-            ff.param_called = {p: at for p, at in ff.param_called.items() if p in own} or None
         if agreed and params & agreed:
             # a wrapper that hands a parameter as it is to an agreeing collective (`def
             # all_reduce(tensor, op): dist.all_reduce(tensor, op=...)`) agrees its caller's argument
@@ -504,8 +520,8 @@ class Project:
                 _returned_lengths(mod, ff, taint, stmts, params, local if local is not None else walk_local(node))
         if rets and ff.qualname != "<module>":
             ff.ret_type = _returned_class(mod, ff, rets)
-            ff.ret_wrapper = _returned_wrapper(rets)
-            if ff.ret_elems is None and all(r.__class__ is _CALL for r in rets):
+            ff.ret_wrapper = _returned_wrapper(ff, rets)
+            if all(r.__class__ is _CALL for r in rets):
                 refs = {call_ref(mod, ff.cls, ff.qualname, r) for r in rets}
                 if len(refs) == 1 and None not in refs:
                     ff.ret_through = refs.pop()
@@ -554,6 +570,10 @@ class Project:
             nodes = local if local is not None else walk_local(node)
             own = set(ff.params) - {"self", "cls"}
             fixed = own - _assigned(nodes)
+            if len(fixed) < len(own):
+                ff.assigned_params = frozenset(own - fixed)
+            if ff.param_called:
+                ff.param_called = {p: at for p, at in ff.param_called.items() if p in fixed} or None
             rebinds, early = {}, {}
             if len(fixed) < len(own):
                 # only read by a subscript store (`shape[axis] = n`): still what the call passed
@@ -584,8 +604,9 @@ class Project:
 
     def _hands_wrapped(self, mod, ff, call, ref):
         """Note in ``ff.hands_wrapped`` each argument of ``call`` (to ``ref``) that holds a
-        collective module wrapper: a local (:func:`~hpc_hangkit.lint.model.wrapped_at`) or a
-        ``self`` attribute of this class built from one (``mod.collective_attrs``)."""
+        collective module wrapper: a local (:func:`~hpc_hangkit.lint.model.wrapped_at`), a
+        ``self`` attribute of this class built from one (``mod.collective_attrs``), or the
+        wrapper's construction itself (``Trainer(DDP(net))``)."""
         first = _first_arg(mod, ff, call) if call.args else 0
         for k, a in [(i + first, a) for i, a in enumerate(call.args)] + \
                 [(k.arg, k.value) for k in call.keywords if k.arg]:
@@ -596,6 +617,9 @@ class Project:
                     w = (a.id, call.lineno)  # a tree call's result: decided after propagation
             elif ff.cls and a.__class__ is ast.Attribute and a.value.__class__ is _NAME and a.value.id == "self":
                 w = mod.collective_attrs.get((ff.cls, a.attr))
+            elif a.__class__ is _CALL:
+                d = dotted(a.func)
+                w = d[-1] if d and d[-1] in C.WRAPPER_CLASSES else None
             if w:
                 if not ff.hands_wrapped:
                     ff.hands_wrapped = []
@@ -986,8 +1010,10 @@ class Project:
                     w = wrapped_at(ff, w[0], w[1])
                     if w is None:
                         continue
-                callee = self.resolve(ref)
-                p = _bound_param(callee, ref, k) if callee is not None else None
+                callee, ctor = self.resolve(ref), 0
+                if callee is None and ref[0] in ("q", "local"):
+                    callee, ctor = self._constructor(ref), 1
+                p = _bound_param(callee, ref, k, ctor) if callee is not None else None
                 if p is None:
                     continue
                 bound.append((callee, p, w))
@@ -1002,8 +1028,13 @@ class Project:
             if (id(ff), p) in seen:
                 continue
             seen.add((id(ff), p))
-            if ff.param_called and p in ff.param_called and wrapped_at(ff, p, 1, True) is None:
+            if p not in ff.assigned_params and p not in ("self", "cls") and wrapped_at(ff, p, 1, True) is None:
                 ff.wrapped = dict(ff.wrapped or {}, **{p: ((0, w),)})
+            for attr, q in ff.attr_plain:
+                if q == p and p not in ff.assigned_params:
+                    mod = self.modules.get(ff.module)
+                    if mod is not None:
+                        mod.collective_attrs.setdefault((ff.cls, attr), w)
             for mine, callee, q in edges.get(id(ff), ()):
                 if mine == p:
                     bound.append((callee, q, w))
@@ -1075,17 +1106,22 @@ class Project:
     def _through_elems(self):
         """A function that returns what one tree call returns (``def get_data_loader(...):
         return get_dataloaders(...)``) returns its tuple: it takes that callee's
-        :attr:`~hpc_hangkit.lint.model.FuncFacts.ret_elems` and ``ret_elem_trips``, through
-        any chain of such functions."""
-        pending = [ff for ff in self.funcs.values() if ff.ret_through is not None and ff.ret_elems is None]
+        :attr:`~hpc_hangkit.lint.model.FuncFacts.ret_elems` and ``ret_elem_trips``, and its
+        ``equal_count`` (a loader with a distributed sampler), through any chain of such
+        functions."""
+        pending = [ff for ff in self.funcs.values() if ff.ret_through is not None]
         changed = True
         while changed and pending:
             changed = False
             for ff in pending:
                 callee = self.resolve(ff.ret_through)
-                if ff.ret_elems is None and callee is not None and callee is not ff and callee.ret_elems is not None:
+                if callee is None or callee is ff:
+                    continue
+                if ff.ret_elems is None and callee.ret_elems is not None:
                     ff.ret_elems, ff.ret_elem_trips = callee.ret_elems, callee.ret_elem_trips
                     changed = True
+                if callee.equal_count and not ff.equal_count:
+                    ff.equal_count = changed = True
 
     def _uniform_returns(self, nodes):
         """Decide :attr:`~hpc_hangkit.lint.model.FuncFacts.ret_uniform` where it waits on tree
@@ -1562,22 +1598,80 @@ def _handed(taint, mod, ff, call, ref):
     return lv, elems
 
 
-def _returned_wrapper(rets):
-    """The module wrapper class (``"DDP"``) one of return values ``rets`` builds (``return
-    DDP(model, ...)``, either side of a conditional expression), or None."""
+def _returned_wrapper(ff, rets):
+    """The module wrapper class (``"DDP"``) that one of the return values ``rets`` of function
+    ``ff`` builds (``return DDP(model, ...)``, either side of a conditional expression) or
+    holds (``ddp = DDP(model)`` ... ``return ddp``), or None."""
     for r in rets:
         for v in ((r.body, r.orelse) if r.__class__ is ast.IfExp else (r,)):
             if v.__class__ is _CALL:
                 d = dotted(v.func)
                 if d and d[-1] in C.WRAPPER_CLASSES:
                     return d[-1]
+            elif v.__class__ is _NAME and ff.wrapped is not None:
+                w = wrapped_at(ff, v.id, getattr(r, "lineno", 0) + 1)
+                if w is not None:
+                    return w
     return None
 
 
-def _bound_param(callee, ref, k):
+_WRAP_WORDS = frozenset(C.WRAPPER_CLASSES | C.SHARDING_CALLS)
+
+
+def _attr_state_dict(mod, cls, call):
+    """``"state_dict of FSDP"`` for ``self.model.state_dict()`` where ``self.model`` of class
+    ``cls`` holds an FSDP wrapper (``mod.collective_attrs``): the full state is gathered over
+    the group; else None."""
+    f = call.func
+    if not cls or f.__class__ is not ast.Attribute or f.attr != "state_dict":
+        return None
+    v = f.value
+    if v.__class__ is ast.Attribute and v.value.__class__ is _NAME and v.value.id == "self":
+        w = mod.collective_attrs.get((cls, v.attr))
+        if w in C.GATHERING_WRAPPERS:
+            return "state_dict of %s" % w
+    return None
+
+
+def _equal_count_value(e):
+    """True for None or a call building a loader that gives every rank as many items (a
+    ``sampler=``/``batch_sampler=`` argument, a ``DistributedSampler``, accelerate's prepared
+    loader)."""
+    if e.__class__ is ast.Constant:
+        return e.value is None
+    if e.__class__ is not _CALL:
+        return False
+    f = e.func
+    name = f.id if f.__class__ is _NAME else f.attr if f.__class__ is ast.Attribute else None
+    return name in _EQUAL_COUNT or any(k.arg in ("sampler", "batch_sampler") for k in e.keywords)
+
+
+def _wrapper_in(e):
+    """The collective module wrapper class (``"DDP"``) a call in expression ``e`` builds, or
+    None."""
+    w = None
+    for x in ast.walk(e):
+        if x.__class__ is _CALL:
+            d = dotted(x.func)
+            if d and d[-1] in C.WRAPPER_CLASSES:
+                w = d[-1]
+    return w
+
+
+def _called_local(call):
+    """The local that ``call`` calls as a module (``model(x)``, ``model.forward(x)``), or None."""
+    f = call.func
+    if f.__class__ is _NAME:
+        return f.id
+    if f.__class__ is ast.Attribute and f.attr == "forward" and f.value.__class__ is _NAME:
+        return f.value.id
+    return None
+
+
+def _bound_param(callee, ref, k, ctor=0):
     """The parameter of ``callee`` that argument ``k`` (a position or keyword) of a call through
-    ``ref`` binds, or None."""
-    bound = 1 if ref[0] in ("self", "super") else 0
+    ``ref`` binds, or None; ``ctor`` 1: the call builds ``callee``'s class (its ``__init__``)."""
+    bound = 1 if ctor or ref[0] in ("self", "super") else 0
     p = callee.params[k + bound] if isinstance(k, int) and k + bound < len(callee.params) else k
     return p if p in callee.params else None
 

@@ -23,7 +23,7 @@ __all__ = ["COLLECTIVE_MODULES", "QUALIFIED", "DISTINCT", "GENERIC", "COMMISH", 
            "snapshot", "restore", "classify_call", "RANK_CALL_RE", "RANK_ATTR_RE", "LOCAL_DATA_METHODS",
            "LOCAL_DATA_CALLS", "DISPLAY_KEYWORDS", "is_display_keyword", "extend_rank_sources", "is_rank_call",
            "is_configured",
-           "configured_method", "LIBRARY_METHODS", "SYNC_LOG_METHODS", "WRAPPER_CLASSES", "is_rank_attr", "commish"]
+           "configured_method", "LIBRARY_METHODS", "SYNC_LOG_METHODS", "WRAPPER_CLASSES", "GATHERING_WRAPPERS", "SHARDING_CALLS", "is_rank_attr", "commish"]
 
 #: qualified-name prefixes whose functions named in DISTINCT or GENERIC are collectives
 COLLECTIVE_MODULES = ("torch.distributed", "mpi4py", "accelerate", "lightning", "pytorch_lightning",
@@ -96,6 +96,11 @@ SYNC_LOG_METHODS = {"log", "log_dict"}
 #: module wrappers whose forward is collective (DDP broadcasts buffers, FSDP all-gathers parameters):
 #: ``self.model = DDP(model)`` makes ``self.model(x)`` a collective
 WRAPPER_CLASSES = {"DistributedDataParallel", "FullyShardedDataParallel", "DDP", "FSDP"}
+#: of those, the ones whose ``state_dict()`` gathers the full state over the group (FSDP's
+#: default ``FULL_STATE_DICT``): ``model.state_dict()`` on rank 0 alone waits for the others
+GATHERING_WRAPPERS = {"FullyShardedDataParallel", "FSDP"}
+#: FSDP2: ``fully_shard(model)`` shards the module in place; its forward all-gathers
+SHARDING_CALLS = {"fully_shard"}
 
 #: blocking point-to-point (never collectives: only the two ends take part)
 P2P_SEND = {"send", "Send", "ssend", "Ssend"}

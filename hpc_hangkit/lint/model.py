@@ -8,6 +8,8 @@ import ast
 import os
 import re
 
+from hpc_hangkit.lint import collectives as C
+
 __all__ = ["ModuleFacts", "FuncFacts", "module_name", "load_module", "dotted", "qualify", "walk_local", "scopes",
            "nodes_of", "names_of", "defaults_of",
            "parse_ignores", "functions_of", "enclosing_chain", "FUNC_SIZE"]
@@ -71,7 +73,7 @@ class FuncFacts:
                  "ret_elem_trips", "equal_count", "elem_args", "called", "p2p", "free_calls",
                  "uniform_params", "passes", "open_params", "ret_pad", "ret_fields", "agrees",
                  "ret_direct", "ret_none", "ret_none_params", "rebinds", "keeps_none", "raise_at", "raise_line", "kwarg",
-                 "forwards", "varpos", "ret_type", "made", "wrapped", "param_called", "hands_wrapped", "ret_through", "ret_wrapper", "local_calls", "wrap_reach")
+                 "forwards", "varpos", "ret_type", "made", "wrapped", "param_called", "hands_wrapped", "ret_through", "ret_wrapper", "local_calls", "wrap_reach", "assigned_params", "attr_plain")
 
     def __init__(self, module, qualname, cls, line, node, path=None):
         self.module = module
@@ -187,8 +189,9 @@ class FuncFacts:
         #: ``DistributedSampler``: 0 even when built with the rank)
         self.ret_elem_trips = None
         #: the call ref of the one tree call every return hands back as it is (``return
-        #: get_dataloaders(...)``), when :attr:`ret_elems` is not known: after propagation it
-        #: takes that callee's :attr:`ret_elems` and :attr:`ret_elem_trips`; else None
+        #: get_dataloaders(...)``), else None: after propagation the function takes that
+        #: callee's :attr:`ret_elems` and :attr:`ret_elem_trips` where its own are not known, and
+        #: its :attr:`equal_count`
         self.ret_through = None
         #: the module wrapper class a return value builds (``return DDP(model)``), else None
         self.ret_wrapper = None
@@ -199,6 +202,11 @@ class FuncFacts:
         #: reaches a module wrapper's forward when that parameter holds one, by calling it at
         #: ``line`` or handing it there to that callee's parameter (after propagation)
         self.wrap_reach = _NO_REACH
+        #: the parameters the function assigns (``self``/``cls`` left out); only for a function
+        #: that calls something
+        self.assigned_params = _NOTHING
+        #: ``[(attr, parameter)]``: ``self.attr = parameter`` as it is (a method's)
+        self.attr_plain = ()
         #: every return hands back a loader that gives every rank as many items (a prepared
         #: loader, one with a distributed sampler): a loop over its value has a uniform trip count
         self.equal_count = False
@@ -234,14 +242,23 @@ class FuncFacts:
 
 
 def wrapper_at(ff, call):
-    """``"forward of DDP"`` when ``call`` (in function ``ff``) calls a local that holds a
-    collective module wrapper there (:func:`wrapped_at`: ``model = DDP(net)`` then
-    ``model(x)``), else None."""
+    """What ``call`` (in function ``ff``) reaches on a local that holds a collective module
+    wrapper there (:func:`wrapped_at`: ``model = DDP(net)``): ``"forward of DDP"`` for
+    ``model(x)`` or ``model.forward(x)``, ``"state_dict of FSDP"`` for an FSDP's
+    ``model.state_dict()`` (it gathers the full state); else None."""
     f = call.func
-    if ff.wrapped is None or f.__class__ is not ast.Name:
+    if ff.wrapped is None:
+        return None
+    what = "forward"
+    if f.__class__ is ast.Attribute and f.attr in ("forward", "state_dict"):
+        what = f.attr
+        f = f.value
+    if f.__class__ is not ast.Name:
         return None
     w = wrapped_at(ff, f.id, call.lineno)
-    return ("forward of %s" % w) if w else None
+    if not w or (what == "state_dict" and w not in C.GATHERING_WRAPPERS):
+        return None
+    return "%s of %s" % (what, w)
 
 
 def holds_wrapper(ff):
@@ -298,7 +315,7 @@ class ModuleFacts:
 
     __slots__ = ("path", "key", "name", "imports", "stars", "funcs", "bases", "attr_levels", "ignores", "bad_ignores", "lines",
                  "tree", "is_package", "has_p2p", "local", "rankish", "attr_types", "collective_attrs",
-                 "attr_agreed", "words", "comm_receivers", "flag_cache", "abort_hook", "aliases")
+                 "attr_agreed", "words", "comm_receivers", "flag_cache", "abort_hook", "aliases", "attr_counts")
 
     def __init__(self, path, name, tree, text, is_package=False):
         self.path = path
@@ -315,6 +332,10 @@ class ModuleFacts:
         self.attr_types = {}
         #: (class, attr) -> wrapper name, for ``self.attr = DDP(model)``: calling it is collective
         self.collective_attrs = {}
+        #: (class, attr) -> True when every ``self.attr = ...`` of the class's methods in this module
+        #: assigns None or a loader that gives every rank as many items (``DataLoader(ds,
+        #: sampler=DistributedSampler(...))``): a loop over it has a uniform trip count
+        self.attr_counts = {}
         #: (class, attr) whose value some method agrees through a collective (after propagation)
         self.attr_agreed = set()
         #: class -> its ``self`` flags that are true only with several processes (built on demand)

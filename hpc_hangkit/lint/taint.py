@@ -1376,6 +1376,9 @@ class Taint:
             lv = self._field_trip(e.value.id, e.attr)
             if lv is not None:
                 return lv
+        if e.__class__ is ast.Attribute and e.value.__class__ is ast.Name and e.value.id == "self" and \
+                self.cls and self.mod.attr_counts.get((self.cls, e.attr)) is True:
+            return 0  # `self.loader = DataLoader(ds, sampler=DistributedSampler(ds))`, and only so
         if isinstance(e, (ast.List, ast.Tuple)):
             return max([self.level(x.value) for x in e.elts if isinstance(x, ast.Starred)] or [0])
         if isinstance(e, ast.Dict):

@@ -336,6 +336,99 @@ def main(net, batches, enabled):
     if dist.get_rank() == 0:  # BRANCH
         evaluate(model, batches)  # HERE
 """),
+    "a_wrapper_parameter_handed_on_by_a_function_that_never_calls_it": ("HK101", """
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+def evaluate(model, x):
+    return model.forward(x)
+
+def train(model, x, rank):
+    if rank == 0:  # BRANCH
+        evaluate(model, x)  # HERE
+
+def main(x):
+    model = DDP(torch.nn.Linear(4, 4))
+    train(model, x, dist.get_rank())
+"""),
+    "an_annotated_wrapper_local_and_one_a_factory_holds_before_returning": ("HK101", """
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+def wrap(m):
+    ddp = DDP(m)
+    return ddp
+
+def main(x, net):
+    model: torch.nn.Module = wrap(net)
+    if dist.get_rank() == 0:  # BRANCH
+        model(x)  # HERE
+"""),
+    "a_wrapper_handed_to_a_constructor_and_kept_in_an_attribute": ("HK101", """
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+class Trainer:
+    def __init__(self, model, rank):
+        self.model = model
+        self.rank = rank
+
+    def validate(self, x):
+        if self.rank == 0:  # BRANCH
+            self.model(x)  # HERE
+
+def main(net, x):
+    Trainer(DDP(net), dist.get_rank()).validate(x)
+"""),
+    "an_attribute_loader_sliced_by_rank": ("HK105", """
+import torch.distributed as dist
+from torch.utils.data import DataLoader
+from torch.utils.data.distributed import DistributedSampler
+
+class Trainer:
+    def __init__(self, ds, rank):
+        self.loader = DataLoader(ds, sampler=DistributedSampler(ds, rank=rank))
+        if rank == 0:
+            self.loader = DataLoader(ds[:10])
+
+    def epoch(self, t):
+        for x in self.loader:  # BRANCH
+            dist.all_reduce(t)  # HERE
+"""),
+    "an_fsdp_local_state_dict_saved_on_rank_zero": ("HK101", """
+import torch
+import torch.distributed as dist
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+def save(net, path):
+    model = FSDP(net)
+    if dist.get_rank() == 0:  # BRANCH
+        torch.save(model.state_dict(), path)  # HERE
+"""),
+    "an_fsdp_attribute_state_dict_saved_on_rank_zero": ("HK101", """
+import torch
+import torch.distributed as dist
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+class Trainer:
+    def __init__(self, net):
+        self.model = FSDP(net)
+
+    def save(self, path):
+        if dist.get_rank() == 0:  # BRANCH
+            torch.save(self.model.state_dict(), path)  # HERE
+"""),
+    "a_module_sharded_in_place_called_on_rank_zero": ("HK101", """
+import torch.distributed as dist
+from torch.distributed.fsdp import fully_shard
+
+def run(net, x):
+    fully_shard(net)
+    if dist.get_rank() == 0:  # BRANCH
+        net(x)  # HERE
+"""),
     "a_tuple_element_loader_sliced_by_rank_without_a_sampler": ("HK105", """
 import torch.distributed as dist
 from torch.utils.data import DataLoader
@@ -841,6 +934,64 @@ def step(t):
 }
 
 SILENT = {
+    # a DDP's state_dict() is its module's: no collective
+    "a_ddp_state_dict_saved_on_rank_zero": """
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+def save(net, path):
+    model = DDP(net)
+    if dist.get_rank() == 0:
+        torch.save(model.state_dict(), path)
+""",
+    # every assignment of the attribute is a loader with a distributed sampler (or None)
+    "an_attribute_loader_with_a_distributed_sampler": """
+import torch.distributed as dist
+from torch.utils.data import DataLoader
+from torch.utils.data.distributed import DistributedSampler
+
+class Trainer:
+    def __init__(self, ds, rank):
+        self.loader = None
+        self.loader = DataLoader(ds, sampler=DistributedSampler(ds, rank=rank))
+
+    def epoch(self, t):
+        for x in self.loader:
+            dist.all_reduce(t)
+""",
+    # a bare module handed to a constructor: its forward is no collective
+    "a_bare_module_handed_to_a_constructor": """
+import torch.distributed as dist
+
+class Trainer:
+    def __init__(self, model, rank):
+        self.model = model
+        self.rank = rank
+
+    def validate(self, x):
+        if self.rank == 0:
+            self.model(x)
+
+def main(net, x):
+    Trainer(net, dist.get_rank()).validate(x)
+""",
+    # a loader with a distributed sampler, returned through two functions
+    "distributed_sampler_loader_through_two_returning_functions": """
+import torch.distributed as dist
+from torch.utils.data import DataLoader
+from torch.utils.data.distributed import DistributedSampler
+
+def build_loader(ds, rank):
+    return DataLoader(ds, sampler=DistributedSampler(ds, rank=rank))
+
+def build_twice(ds, rank):
+    return build_loader(ds, rank)
+
+def loop(a, t):
+    for x in build_twice(a, dist.get_rank()):
+        dist.all_reduce(t)
+""",
     # the helper is handed the wrapper on every rank, and the bare module on rank 0 only: the
     # call on rank 0 reaches no forward of the wrapper
     "a_helper_handed_the_unwrapped_module_on_rank_zero": """
