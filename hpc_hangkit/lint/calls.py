@@ -252,7 +252,11 @@ class Project:
         self._saved = (mod, fns)
         for ff in fns:
             self._facts(mod, ff)
+            if ff.wrapped is not None:
+                _prune_pending(ff)
         self._saved = None
+        # only a loader's attribute counts (a missing key reads as any other)
+        mod.attr_counts = {k: True for k, v in mod.attr_counts.items() if v}
 
     def _types(self, mod, ff):
         """What objects are built from: ``x = TreeClass(...)`` (``var_types``), ``self.x =
@@ -263,6 +267,7 @@ class Project:
         # names called as functions or handed to a call, and the plain assignments of each local
         # (with the module wrapper it builds where the function names one)
         called = set()
+        joined = set()
         plain = {}
         words = mod.words.get(id(ff.node))
         wrapping = words is None or not words.isdisjoint(_WRAP_WORDS)
@@ -278,6 +283,11 @@ class Project:
                     receivers.add(f.value.id)
                     if f.attr == "forward":
                         called.add(f.value.id)
+                    elif f.attr == "join" and wrapping:
+                        joined.add(f.value.id)  # `with model.join():` uneven inputs by design
+                elif wrapping and f.__class__ is _NAME and f.id == "Join" and n.args and \
+                        n.args[0].__class__ in (ast.List, ast.Tuple):
+                    joined.update(x.id for x in n.args[0].elts if x.__class__ is _NAME)
                 elif f.__class__ is _NAME:
                     called.add(f.id)
                 for a in n.args:
@@ -317,7 +327,7 @@ class Project:
                 mod.attr_types.setdefault((ff.cls, attr), d)
         wrapped = {}
         for name, sites in plain.items():
-            if not any(w for _, w, _ in sites) and name not in called:
+            if name in joined or (not any(w for _, w, _ in sites) and name not in called):
                 continue
             out = []
             for line, w, value in sites:
@@ -524,7 +534,10 @@ class Project:
             if all(r.__class__ is _CALL for r in rets):
                 refs = {call_ref(mod, ff.cls, ff.qualname, r) for r in rets}
                 if len(refs) == 1 and None not in refs:
-                    ff.ret_through = refs.pop()
+                    ref = refs.pop()
+                    if not _dead_ref(mod, ref):
+                        # the same object as the call's own ref (kept once in memory and pickles)
+                        ff.ret_through = next((c[0] for c in ff.calls if c[0] == ref), ref)
         if rets and params:
             ff.ret_params = _flows_from(rets, local if local is not None else walk_local(node), params) or _NONE
         if rets or attr_vals:
@@ -571,7 +584,10 @@ class Project:
             own = set(ff.params) - {"self", "cls"}
             fixed = own - _assigned(nodes)
             if len(fixed) < len(own):
-                ff.assigned_params = frozenset(own - fixed)
+                # asked only of a parameter that may hold a module wrapper (Project._bind_wrappers)
+                asked = {m for _, _, m in ff.passes} | set(ff.param_called or ()) | {q for _, q in ff.attr_plain}
+                if asked & (own - fixed):
+                    ff.assigned_params = frozenset(asked & (own - fixed))
             if ff.param_called:
                 ff.param_called = {p: at for p, at in ff.param_called.items() if p in fixed} or None
             rebinds, early = {}, {}
@@ -614,7 +630,8 @@ class Project:
             if a.__class__ is _NAME:
                 w = wrapped_at(ff, a.id, call.lineno, True)
                 if w is not None and w.__class__ is not str:
-                    w = (a.id, call.lineno)  # a tree call's result: decided after propagation
+                    # a tree call's result, handed to a tree function: decided after propagation
+                    w = (a.id, call.lineno) if not _dead_ref(mod, ref) else None
             elif ff.cls and a.__class__ is ast.Attribute and a.value.__class__ is _NAME and a.value.id == "self":
                 w = mod.collective_attrs.get((ff.cls, a.attr))
             elif a.__class__ is _CALL:
@@ -1631,6 +1648,22 @@ def _attr_state_dict(mod, cls, call):
         if w in C.GATHERING_WRAPPERS:
             return "state_dict of %s" % w
     return None
+
+
+def _prune_pending(ff):
+    """Drop from ``ff.wrapped`` the locals that only hold what tree calls returned (no wrapper
+    built here) and that the function neither calls as a module nor hands to a tree function:
+    nothing asks what they hold."""
+    keep = {name for _, _, name in ff.local_calls} | \
+        {w[0] for _, _, w, _, _ in ff.hands_wrapped if w.__class__ is tuple}
+    kept = {name: sites for name, sites in ff.wrapped.items()
+            if name in keep or any(w.__class__ is str for _, w in sites)}
+    if kept:
+        # a pending ref as the same object as the call's own ref in ``ff.calls``
+        known = {c[0]: c[0] for c in ff.calls}
+        kept = {name: tuple((line, known.get(w, w) if w.__class__ is tuple else w) for line, w in sites)
+                for name, sites in kept.items()}
+    ff.wrapped = kept or None
 
 
 def _equal_count_value(e):

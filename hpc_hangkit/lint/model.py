@@ -202,8 +202,8 @@ class FuncFacts:
         #: reaches a module wrapper's forward when that parameter holds one, by calling it at
         #: ``line`` or handing it there to that callee's parameter (after propagation)
         self.wrap_reach = _NO_REACH
-        #: the parameters the function assigns (``self``/``cls`` left out); only for a function
-        #: that calls something
+        #: the parameters the function assigns, of those it calls, hands on as they are or keeps
+        #: in an attribute (the ones that may hold a module wrapper)
         self.assigned_params = _NOTHING
         #: ``[(attr, parameter)]``: ``self.attr = parameter`` as it is (a method's)
         self.attr_plain = ()

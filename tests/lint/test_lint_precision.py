@@ -934,6 +934,18 @@ def step(t):
 }
 
 SILENT = {
+    # DDP's join context: a rank that runs out of inputs shadows the others' collectives
+    "uneven_inputs_under_a_ddp_join": """
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+def train(net, x):
+    model = DDP(net)
+    n_iters = 3 + dist.get_rank()
+    with model.join():
+        for _ in range(n_iters):
+            model(x).sum().backward()
+""",
     # a DDP's state_dict() is its module's: no collective
     "a_ddp_state_dict_saved_on_rank_zero": """
 import torch
