@@ -383,7 +383,7 @@ class Project:
                 # a taint once built has asked every call's kind (:meth:`Taint.call_kind` remembers it)
                 kind, name = taint.call_kind(n) if taint is not None else call_kind(mod, n)
                 if kind is None and (ff.wrapped is not None or (ff.cls and mod.collective_attrs)):
-                    w = wrapper_at(ff, n) or _attr_state_dict(mod, ff.cls, n)
+                    w = wrapper_at(ff, n) or attr_state_dict(mod, ff.cls, n)
                     if w is not None:
                         kind, name = "collective", w
                 held = _called_local(n) if kind is None and ff.wrapped is not None else None
@@ -426,9 +426,7 @@ class Project:
                         if params and handed_on and not dead:
                             # a parameter handed on as it is: what the callee's parameter holds
                             # comes from this function's callers (:meth:`_pass_through`)
-                            first = _first_arg(mod, ff, n) if n.args else 0
-                            for k, a in [(i + first, a) for i, a in enumerate(n.args)] + \
-                                    [(k.arg, k.value) for k in n.keywords if k.arg]:
+                            for k, a in _call_args(mod, ff, n):
                                 if a.__class__ is _NAME and a.id in params and a.id not in ("self", "cls"):
                                     if not ff.passes:
                                         ff.passes = []
@@ -623,20 +621,11 @@ class Project:
         collective module wrapper: a local (:func:`~hpc_hangkit.lint.model.wrapped_at`), a
         ``self`` attribute of this class built from one (``mod.collective_attrs``), or the
         wrapper's construction itself (``Trainer(DDP(net))``)."""
-        first = _first_arg(mod, ff, call) if call.args else 0
-        for k, a in [(i + first, a) for i, a in enumerate(call.args)] + \
-                [(k.arg, k.value) for k in call.keywords if k.arg]:
-            w = None
-            if a.__class__ is _NAME:
-                w = wrapped_at(ff, a.id, call.lineno, True)
-                if w is not None and w.__class__ is not str:
-                    # a tree call's result, handed to a tree function: decided after propagation
-                    w = (a.id, call.lineno) if not _dead_ref(mod, ref) else None
-            elif ff.cls and a.__class__ is ast.Attribute and a.value.__class__ is _NAME and a.value.id == "self":
-                w = mod.collective_attrs.get((ff.cls, a.attr))
-            elif a.__class__ is _CALL:
-                d = dotted(a.func)
-                w = d[-1] if d and d[-1] in C.WRAPPER_CLASSES else None
+        for k, a in _call_args(mod, ff, call):
+            w = _wrapper_arg(mod, ff, a, call.lineno, True)
+            if w is not None and w.__class__ is not str:
+                # a tree call's result, handed to a tree function: decided after propagation
+                w = (a.id, call.lineno) if not _dead_ref(mod, ref) else None
             if w:
                 if not ff.hands_wrapped:
                     ff.hands_wrapped = []
@@ -1064,17 +1053,11 @@ class Project:
         if not callee.wrap_reach:
             return None
         ref = call_ref(mod, ff.cls, ff.qualname, call) or ("q",)
-        first = _first_arg(mod, ff, call) if call.args else 0
-        for k, a in [(i + first, a) for i, a in enumerate(call.args)] + \
-                [(k.arg, k.value) for k in call.keywords if k.arg]:
+        for k, a in _call_args(mod, ff, call):
             p = _bound_param(callee, ref, k)
             if p is None or p not in callee.wrap_reach:
                 continue
-            w = None
-            if a.__class__ is _NAME:
-                w = wrapped_at(ff, a.id, call.lineno)
-            elif ff.cls and a.__class__ is ast.Attribute and a.value.__class__ is _NAME and a.value.id == "self":
-                w = mod.collective_attrs.get((ff.cls, a.attr))
+            w = _wrapper_arg(mod, ff, a, call.lineno)
             if not w:
                 continue
             chain, at = [], callee
@@ -1615,6 +1598,29 @@ def _handed(taint, mod, ff, call, ref):
     return lv, elems
 
 
+def _call_args(mod, ff, call):
+    """``[(position or keyword, argument node)]`` of ``call`` in function ``ff`` of ``mod``,
+    positions counted as the callee's parameters after an explicit ``self`` (``Class.method(obj,
+    ...)``: :func:`_first_arg`)."""
+    first = _first_arg(mod, ff, call) if call.args else 0
+    return [(i + first, a) for i, a in enumerate(call.args)] + [(k.arg, k.value) for k in call.keywords if k.arg]
+
+
+def _wrapper_arg(mod, ff, a, line, pending=False):
+    """The collective module wrapper class (``"DDP"``) that argument ``a`` of a call at ``line``
+    in function ``ff`` holds: a local (:func:`~hpc_hangkit.lint.model.wrapped_at`; ``pending``:
+    as it takes it), a ``self`` attribute of the class built from one (``mod.collective_attrs``),
+    or the wrapper's construction itself (``Trainer(DDP(net))``); else None."""
+    if a.__class__ is _NAME:
+        return wrapped_at(ff, a.id, line, pending)
+    if ff.cls and a.__class__ is ast.Attribute and a.value.__class__ is _NAME and a.value.id == "self":
+        return mod.collective_attrs.get((ff.cls, a.attr))
+    if a.__class__ is _CALL:
+        d = dotted(a.func)
+        return d[-1] if d and d[-1] in C.WRAPPER_CLASSES else None
+    return None
+
+
 def _returned_wrapper(ff, rets):
     """The module wrapper class (``"DDP"``) that one of the return values ``rets`` of function
     ``ff`` builds (``return DDP(model, ...)``, either side of a conditional expression) or
@@ -1635,7 +1641,7 @@ def _returned_wrapper(ff, rets):
 _WRAP_WORDS = frozenset(C.WRAPPER_CLASSES | C.SHARDING_CALLS)
 
 
-def _attr_state_dict(mod, cls, call):
+def attr_state_dict(mod, cls, call):
     """``"state_dict of FSDP"`` for ``self.model.state_dict()`` where ``self.model`` of class
     ``cls`` holds an FSDP wrapper (``mod.collective_attrs``): the full state is gathered over
     the group; else None."""

@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 from hpc_hangkit.lint import collectives as C
 from hpc_hangkit.lint.model import code_of, dotted, holds_wrapper, qualify, walk_local, wrapper_at
-from hpc_hangkit.lint.calls import _attr_state_dict, call_ref
+from hpc_hangkit.lint.calls import attr_state_dict, call_ref
 from hpc_hangkit.lint.taint import Taint, handler_condition, mentions_membership
 
 __all__ = ["RULES", "Finding", "check_module", "merge_by_branch", "severity_of"]
@@ -358,7 +358,7 @@ class _Walker:
         callee = self.project.callee(self.mod, self.ff.cls, self.ff.qualname, call)
         if callee is None:
             return self.project.wrapper(call_ref(self.mod, self.ff.cls, self.ff.qualname, call)) or \
-                wrapper_at(self.ff, call) or _attr_state_dict(self.mod, self.ff.cls, call)
+                wrapper_at(self.ff, call) or attr_state_dict(self.mod, self.ff.cls, call)
         if callee.witness:
             short = callee.qualname.rsplit(".", 1)[-1]
             if callee.witness == short + "()":
