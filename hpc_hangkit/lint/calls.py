@@ -198,6 +198,9 @@ class Project:
         self._local_alias = None
         #: the saves of the module whose facts are built (:func:`_saved_attrs`), indexed on demand
         self._saved = None
+        #: while a module's facts are built: its ``self.attr = call(...)`` assignments as
+        #: ``(FuncFacts, attr, call)``, and the attributes it calls as ``self.attr(...)``
+        self._attr_calls = self._self_called = None
         #: method name -> the tree's methods of that name (:meth:`agreed_method`), built on demand
         self._methods = None
         #: ``(path, line, module name, module key, installer)`` of each exception hook or exit
@@ -247,8 +250,17 @@ class Project:
             ff = FuncFacts(mod.key, qual, cls, getattr(node, "lineno", 1), node, mod.path)
             mod.funcs[qual] = ff
             fns.append(ff)
+        self._attr_calls, self._self_called = [], set()
         for ff in fns:
             self._types(mod, ff)
+        for ff, attr, call in self._attr_calls:
+            # `self.model = ddp_wrap(net)` where the module calls `self.model(...)`: a wrapper
+            # when the tree function returns one (:meth:`_bind_wrappers`)
+            if attr in self._self_called:
+                ref = call_ref(mod, ff.cls, ff.qualname, call)
+                if ref is not None and ref[0] in ("q", "local") and not _dead_ref(mod, ref):
+                    ff.attr_plain = list(ff.attr_plain) + [(attr, ref)]
+        self._attr_calls = self._self_called = None
         self._saved = (mod, fns)
         for ff in fns:
             self._facts(mod, ff)
@@ -279,8 +291,13 @@ class Project:
                     if d and d[-1] in C.SHARDING_CALLS:
                         # `fully_shard(model)`: the module is sharded in place from here on
                         plain.setdefault(n.args[0].id, []).append((n.lineno, d[-1], n))
+                if f.__class__ is ast.Attribute and f.value.__class__ is ast.Attribute and f.attr == "forward" and \
+                        f.value.value.__class__ is _NAME and f.value.value.id == "self":
+                    self._self_called.add(f.value.attr)
                 if f.__class__ is ast.Attribute and f.value.__class__ is _NAME:
                     receivers.add(f.value.id)
+                    if f.value.id == "self":
+                        self._self_called.add(f.attr)
                     if f.attr == "forward":
                         called.add(f.value.id)
                     elif f.attr == "join" and wrapping:
@@ -312,6 +329,8 @@ class Project:
                 elif n.value.__class__ is _NAME and n.value.id in ff.params and n.value.id != "self":
                     # `self.model = model`: a wrapper a caller hands in (:meth:`_bind_wrappers`)
                     ff.attr_plain = list(ff.attr_plain) + [(attr, n.value.id)]
+                elif n.value.__class__ is _CALL and t.__class__ is not _NAME:
+                    self._attr_calls.append((ff, attr, n.value))
             elif t.__class__ is _NAME:
                 plain.setdefault(t.id, []).append((n.lineno, None, n.value))
             if not isinstance(n.value, ast.Call):
@@ -583,7 +602,8 @@ class Project:
             fixed = own - _assigned(nodes)
             if len(fixed) < len(own):
                 # asked only of a parameter that may hold a module wrapper (Project._bind_wrappers)
-                asked = {m for _, _, m in ff.passes} | set(ff.param_called or ()) | {q for _, q in ff.attr_plain}
+                asked = {m for _, _, m in ff.passes} | set(ff.param_called or ()) | \
+                    {q for _, q in ff.attr_plain if q.__class__ is str}
                 if asked & (own - fixed):
                     ff.assigned_params = frozenset(asked & (own - fixed))
             if ff.param_called:
@@ -985,6 +1005,11 @@ class Project:
         for ff in self.funcs.values():
             if ff.wrapped is not None and any(w.__class__ is tuple for v in ff.wrapped.values() for _, w in v):
                 self._returned_wrappers(ff)
+        for ff in self.funcs.values():
+            for attr, ref in ff.attr_plain:
+                w = self._ret_wrapper(ref) if ref.__class__ is tuple else None
+                if w is not None:
+                    self.modules[ff.module].collective_attrs.setdefault((ff.cls, attr), w)
         hands = [ff for ff in self.funcs.values() if ff.hands_wrapped]
         if not hands:
             return
@@ -1025,6 +1050,9 @@ class Project:
                 bound.append((callee, p, w))
                 if p in callee.wrap_reach:
                     name = "forward of %s" % w
+                    # the chain goes on into the callee (:meth:`chain`)
+                    ff.hand_reach = dict(ff.hand_reach or {})
+                    ff.hand_reach[line] = (callee, p, w)
                     ff.directs = sorted(list(ff.directs) + [(line, col, name)])
                     if ff.direct is None or line < ff.direct_line:
                         ff.direct, ff.direct_line = name, line
@@ -1037,7 +1065,7 @@ class Project:
             if p not in ff.assigned_params and p not in ("self", "cls") and wrapped_at(ff, p, 1, True) is None:
                 ff.wrapped = dict(ff.wrapped or {}, **{p: ((0, w),)})
             for attr, q in ff.attr_plain:
-                if q == p and p not in ff.assigned_params:
+                if q.__class__ is str and q == p and p not in ff.assigned_params:
                     mod = self.modules.get(ff.module)
                     if mod is not None:
                         mod.collective_attrs.setdefault((ff.cls, attr), w)
@@ -1060,15 +1088,7 @@ class Project:
             w = _wrapper_arg(mod, ff, a, call.lineno)
             if not w:
                 continue
-            chain, at = [], callee
-            while len(chain) < 8:
-                line, nxt, q = at.wrap_reach[p]
-                chain.append((at.path, line, ("%s()" % nxt.qualname.rsplit(".", 1)[-1]) if nxt is not None
-                              else "forward of %s" % w))
-                if nxt is None:
-                    break
-                at, p = nxt, q
-            return "forward of %s" % w, tuple(chain)
+            return "forward of %s" % w, tuple(_reach_chain(callee, p, w))
         return None
 
     def _returned_wrappers(self, ff):
@@ -1566,6 +1586,13 @@ class Project:
         while ff is not None and ff.via is not None and id(ff) not in seen:
             seen.add(id(ff))
             line, nxt = ff.via
+            hand = ff.hand_reach.get(line) if nxt is None and ff.hand_reach else None
+            if hand is not None:
+                # a module wrapper handed at this line to a callee that calls it
+                callee, p, w = hand
+                out.append((ff.path, line, callee.qualname.rsplit(".", 1)[-1] + "()"))
+                out.extend(_reach_chain(callee, p, w))
+                break
             out.append((ff.path, line, (nxt.qualname.rsplit(".", 1)[-1] + "()") if nxt is not None
                         else ff.witness))
             ff = nxt
@@ -1596,6 +1623,20 @@ def _handed(taint, mod, ff, call, ref):
             lv[k] = got
     taint._at = None
     return lv, elems
+
+
+def _reach_chain(ff, p, w):
+    """``[(path, line, what)]`` from function ``ff`` down to the call of module wrapper ``w``
+    that its parameter ``p`` holds (:attr:`~hpc_hangkit.lint.model.FuncFacts.wrap_reach`)."""
+    out = []
+    while len(out) < 8:
+        line, nxt, q = ff.wrap_reach[p]
+        out.append((ff.path, line, ("%s()" % nxt.qualname.rsplit(".", 1)[-1]) if nxt is not None
+                    else "forward of %s" % w))
+        if nxt is None:
+            break
+        ff, p = nxt, q
+    return out
 
 
 def _call_args(mod, ff, call):

@@ -73,7 +73,7 @@ class FuncFacts:
                  "ret_elem_trips", "equal_count", "elem_args", "called", "p2p", "free_calls",
                  "uniform_params", "passes", "open_params", "ret_pad", "ret_fields", "agrees",
                  "ret_direct", "ret_none", "ret_none_params", "rebinds", "keeps_none", "raise_at", "raise_line", "kwarg",
-                 "forwards", "varpos", "ret_type", "made", "wrapped", "param_called", "hands_wrapped", "ret_through", "ret_wrapper", "local_calls", "wrap_reach", "assigned_params", "attr_plain")
+                 "forwards", "varpos", "ret_type", "made", "wrapped", "param_called", "hands_wrapped", "ret_through", "ret_wrapper", "local_calls", "wrap_reach", "assigned_params", "attr_plain", "hand_reach")
 
     def __init__(self, module, qualname, cls, line, node, path=None):
         self.module = module
@@ -205,8 +205,12 @@ class FuncFacts:
         #: the parameters the function assigns, of those it calls, hands on as they are or keeps
         #: in an attribute (the ones that may hold a module wrapper)
         self.assigned_params = _NOTHING
-        #: ``[(attr, parameter)]``: ``self.attr = parameter`` as it is (a method's)
+        #: ``[(attr, parameter or call ref)]``: ``self.attr = parameter`` as it is, or ``self.attr =
+        #: f(...)`` of a tree function ``f`` where the module calls ``self.attr(...)`` (a method's)
         self.attr_plain = ()
+        #: None, or ``{line: (callee FuncFacts, its parameter, wrapper class)}``: the calls
+        #: that hand a module wrapper to a callee reaching its forward (after propagation)
+        self.hand_reach = None
         #: every return hands back a loader that gives every rank as many items (a prepared
         #: loader, one with a distributed sampler): a loop over its value has a uniform trip count
         self.equal_count = False

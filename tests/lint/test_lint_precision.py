@@ -6,6 +6,7 @@ import textwrap
 
 import pytest
 
+from hpc_hangkit.lint import lint_paths
 from test_lint_rules import expect, lint_tree, marks, silent
 from testlib import REPO
 
@@ -428,6 +429,28 @@ def run(net, x):
     fully_shard(net)
     if dist.get_rank() == 0:  # BRANCH
         net(x)  # HERE
+"""),
+    # the attribute a factory fills with a wrapper, not the one another factory fills with the module
+    "an_attribute_a_factory_fills_with_a_wrapper": ("HK101", """
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+def ddp_wrap(net):
+    return DDP(net)
+
+def plain(net):
+    return net
+
+class Trainer:
+    def __init__(self, net):
+        self.model = ddp_wrap(net)
+        self.other = plain(net)
+
+    def fit(self, x):
+        if dist.get_rank() == 0:  # BRANCH
+            self.model(x)  # HERE
+        if dist.get_rank() == 0:
+            self.other(x)
 """),
     "a_tuple_element_loader_sliced_by_rank_without_a_sampler": ("HK105", """
 import torch.distributed as dist
@@ -4389,3 +4412,32 @@ def test_a_setting_another_method_changes_or_the_same_side_is_still_reported(tmp
         "    if full_state_dict:\n        print(state)\n    else:\n        dcp.save(state, checkpoint_id=path)",
         "    if full_state_dict:\n        dcp.save(state, checkpoint_id=path)")})
     assert [(c, line, branch) for _, c, line, branch in found] == [("HK203", 24, 21)], found
+
+
+def test_a_wrapper_handed_on_reports_the_chain_down_to_its_call(tmp_path):
+    # rank 0 runs `run_eval`, which hands the DDP attribute to `evaluate`, which calls it: the
+    # finding's chain names `evaluate()` at the hand-off and the forward at `model(x)`
+    src = """
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+def evaluate(model, x):
+    return model(x)  # FORWARD
+
+class Trainer:
+    def __init__(self, net):
+        self.model = DDP(net)
+
+    def run_eval(self, x):
+        evaluate(self.model, x)  # HANDED
+
+    def fit(self, x):
+        if dist.get_rank() == 0:  # BRANCH
+            self.run_eval(x)  # HERE
+"""
+    (tmp_path / "prog.py").write_text(textwrap.dedent(src))
+    res = lint_paths([str(tmp_path)])
+    assert [(f.code, f.line, f.related_line) for f in res.findings] == \
+        [("HK101", marks(src, "HERE"), marks(src, "BRANCH"))]
+    assert [(line, what) for _, line, _, what, _ in res.findings[0].chain] == \
+        [(marks(src, "HANDED"), "evaluate()"), (marks(src, "FORWARD"), "forward of DDP")]
