@@ -1656,10 +1656,7 @@ def _wrapper_arg(mod, ff, a, line, pending=False):
         return wrapped_at(ff, a.id, line, pending)
     if ff.cls and a.__class__ is ast.Attribute and a.value.__class__ is _NAME and a.value.id == "self":
         return mod.collective_attrs.get((ff.cls, a.attr))
-    if a.__class__ is _CALL:
-        d = dotted(a.func)
-        return d[-1] if d and d[-1] in C.WRAPPER_CLASSES else None
-    return None
+    return _built_wrapper(a)
 
 
 def _returned_wrapper(ff, rets):
@@ -1669,9 +1666,8 @@ def _returned_wrapper(ff, rets):
     for r in rets:
         for v in ((r.body, r.orelse) if r.__class__ is ast.IfExp else (r,)):
             if v.__class__ is _CALL:
-                d = dotted(v.func)
-                if d and d[-1] in C.WRAPPER_CLASSES:
-                    return d[-1]
+                if _built_wrapper(v):
+                    return _built_wrapper(v)
             elif v.__class__ is _NAME and ff.wrapped is not None:
                 w = wrapped_at(ff, v.id, getattr(r, "lineno", 0) + 1)
                 if w is not None:
@@ -1731,11 +1727,17 @@ def _wrapper_in(e):
     None."""
     w = None
     for x in ast.walk(e):
-        if x.__class__ is _CALL:
-            d = dotted(x.func)
-            if d and d[-1] in C.WRAPPER_CLASSES:
-                w = d[-1]
+        w = _built_wrapper(x) or w
     return w
+
+
+def _built_wrapper(e):
+    """The collective module wrapper class (``"DDP"``) when ``e`` is a call that builds one
+    (``DDP(net)``, ``nn.parallel.DistributedDataParallel(net)``), else None."""
+    if e.__class__ is not _CALL:
+        return None
+    d = dotted(e.func)
+    return d[-1] if d and d[-1] in C.WRAPPER_CLASSES else None
 
 
 def _called_local(call):
