@@ -390,6 +390,7 @@ class Project:
         rets = []
         handing = []
         has_return = False
+        relayed = []
         agreed = set()
         attr_vals = []
         local = mod.local.get(id(node))
@@ -450,6 +451,7 @@ class Project:
                                     if not ff.passes:
                                         ff.passes = []
                                     ff.passes.append((ref, k, a.id))
+                            relayed += _relayed(n, params)
                         if tainted and handed_on:
                             handing.append((n, ref))
                             if not dead:
@@ -600,6 +602,7 @@ class Project:
             nodes = local if local is not None else walk_local(node)
             own = set(ff.params) - {"self", "cls"}
             fixed = own - _assigned(nodes)
+            relays = tuple(r for r in relayed if r[3] in fixed)
             if len(fixed) < len(own):
                 # asked only of a parameter that may hold a module wrapper (Project._bind_wrappers)
                 asked = {m for _, _, m in ff.passes} | set(ff.param_called or ()) | \
@@ -616,12 +619,15 @@ class Project:
                 fixed.update(rebinds)
                 early = _first_bound(nodes, own - fixed)
             ff.cond_ranges = _cond_ranges(node.body, fixed, early)
-            if ff.cond_ranges:
+            if ff.cond_ranges or relays:
                 ff.defaults = defaults_of(node)
                 # a test may also read an assigned parameter: unknown there, never its default
                 ff.tested = frozenset().union(*[names_of(t) - m for _, _, t, _, m in ff.cond_ranges]) & \
                     (fixed | set(early))
                 ff.rebinds = {k: v for k, v in rebinds.items() if k in ff.tested} or ()
+                if relays:
+                    ff.relays = relays
+                    ff.tested = ff.tested | {r[3] for r in relays}
         if ff.qualname != "<module>" and not has_return:
             ff.noreturn = any(_endless(n) for n in node.body)
         if ff.qualname != "<module>":
@@ -1398,11 +1404,11 @@ class Project:
                          and k >= first),
                    max(0, info[0] - first) if first is not None else 0) \
                 if info is not None else ((), (), 0)
-        if not ff.cond_ranges and fwd is None:
+        if not ff.cond_ranges and not ff.relays and fwd is None:
             return ff
         bound = 1 if (ff.cls and ff.params and ff.params[0] in ("self", "cls")
                       and not (info is not None and info[3])) else 0
-        binding = _binding(ff, info, bound) if ff.cond_ranges else {}
+        binding = _binding(ff, info, bound) if ff.cond_ranges or ff.relays else {}
         for k in [k for k in binding if k in ff.rebinds]:
             if binding[k] is not None or not all(self._rebind_keeps_none(r, key) for r, key in ff.rebinds[k]):
                 del binding[k]
@@ -1417,7 +1423,8 @@ class Project:
         dead = [(a, b) for a, b, test, pol, masked in ff.cond_ranges
                 if _truth(test, {k: v for k, v in binding.items() if k not in masked} if masked else binding)
                 is (not pol)] if binding else []
-        if not dead and fwd is None:
+        relayed = self._relayed(ff, binding) if ff.relays and binding else None
+        if not dead and not relayed and fwd is None:
             spec[key] = ff
             return ff
 
@@ -1428,6 +1435,9 @@ class Project:
             setattr(c, slot, getattr(ff, slot))
         c.general = ff
         c.calls = [x for x in ff.calls if live(x[1], x[2])]
+        if relayed:
+            c.calls = [(r, line, col, relayed.get((line, col), inf) if inf is not _APPLIED else inf)
+                       for r, line, col, inf in c.calls]
         if fwd is not None:
             hands = (ff.kwarg, (ff.varpos[0], ff.kwarg) if ff.varpos is not None else None)
             c.calls = [(r, line, col, _forwarded(inf, fwd) if inf is not None and inf[4] in hands else inf)
@@ -1452,6 +1462,32 @@ class Project:
                 if callee.witness:
                     c.witness, c.via = callee.witness, (line, callee)
         return c
+
+    def _relayed(self, ff, binding):
+        """``{(line, col): call info}`` for the calls of ``ff`` that hand on a parameter bound
+        to a constant in ``binding`` (:attr:`~hpc_hangkit.lint.model.FuncFacts.relays`), with
+        that constant in the call's :func:`call_info`; only where it binds a parameter the
+        callee's tests or relays read (``append(obj, gather=False)`` handing ``gather`` to
+        ``_append``, whose gather runs only ``if gather:``). Empty when none does."""
+        out = {}
+        for line, col, k, p in ff.relays:
+            if p not in binding:
+                continue
+            at = (line, col)
+            ref = inf = None
+            for r, l2, c2, i2 in ff.calls:
+                if l2 == line and c2 == col and i2 is not _APPLIED and i2 is not None:
+                    ref, inf = r, i2
+                    break
+            g = self.resolve(ref) if ref is not None else None
+            if g is None or not g.tested:
+                continue
+            base = out.get(at, inf)
+            new = _with_const(base, k, binding[p])
+            b = 1 if (g.cls and g.params and g.params[0] in ("self", "cls") and not new[3]) else 0
+            if _binding(g, new, b) != _binding(g, inf, b):
+                out[at] = new
+        return out
 
     def _rebind_keeps_none(self, ref, key):
         """True when the tree function ``ref`` resolves to returns None whenever its argument
@@ -1636,6 +1672,22 @@ def _reach_chain(ff, p, w):
         if nxt is None:
             break
         ff, p = nxt, q
+    return out
+
+
+def _relayed(call, params):
+    """``[(line, col, key, parameter)]`` for each of ``params`` that ``call`` hands on as it is,
+    keyed as :func:`call_info` keys a constant argument (its position among the call's
+    arguments, or its keyword); none after a ``*args``, where positions are unknown."""
+    out = []
+    for i, a in enumerate(call.args):
+        if a.__class__ is ast.Starred:
+            break
+        if a.__class__ is _NAME and a.id in params and a.id not in ("self", "cls"):
+            out.append((call.lineno, call.col_offset, i, a.id))
+    for k in call.keywords:
+        if k.arg and k.value.__class__ is _NAME and k.value.id in params and k.value.id not in ("self", "cls"):
+            out.append((call.lineno, call.col_offset, k.arg, k.value.id))
     return out
 
 
@@ -2268,6 +2320,14 @@ def _forwarded(info, fwd):
     names = names + tuple(k for k in fwd[0] if k not in names)
     consts = tuple(kv for i, kv in enumerate(given) if i < len(consts) or kv[0] not in names[:len(info[1])])
     info = (npos, names, consts, explicit, False)
+    return _INFOS.setdefault(info, info)
+
+
+def _with_const(info, key, value):
+    """:func:`call_info` tuple ``info`` with argument ``key`` (a position or keyword) known to
+    be the constant ``value``."""
+    npos, names, consts, explicit, unpacked = info
+    info = (npos, names, tuple(kv for kv in consts if kv[0] != key) + ((key, value),), explicit, unpacked)
     return _INFOS.setdefault(info, info)
 
 

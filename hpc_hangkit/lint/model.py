@@ -73,7 +73,7 @@ class FuncFacts:
                  "ret_elem_trips", "equal_count", "elem_args", "called", "p2p", "free_calls",
                  "uniform_params", "passes", "open_params", "ret_pad", "ret_fields", "agrees",
                  "ret_direct", "ret_none", "ret_none_params", "rebinds", "keeps_none", "raise_at", "raise_line", "kwarg",
-                 "forwards", "varpos", "ret_type", "made", "wrapped", "param_called", "hands_wrapped", "ret_through", "ret_wrapper", "local_calls", "wrap_reach", "assigned_params", "attr_plain", "hand_reach")
+                 "forwards", "varpos", "ret_type", "made", "wrapped", "param_called", "hands_wrapped", "ret_through", "ret_wrapper", "local_calls", "wrap_reach", "assigned_params", "attr_plain", "hand_reach", "relays")
 
     def __init__(self, module, qualname, cls, line, node, path=None):
         self.module = module
@@ -230,6 +230,11 @@ class FuncFacts:
         self.uniform_params = _NOTHING
         #: ``[(call ref, param index or keyword, own parameter)]``: a parameter handed on as it is
         self.passes = ()
+        #: ``((line, col, position among the call's arguments or keyword, own parameter), ...)``:
+        #: a parameter the function never assigns, handed on as it is at the call at (line,
+        #: col), so that a constant bound to it (a caller's, or its default) binds the callee's
+        #: parameter too (:meth:`~hpc_hangkit.lint.calls.Project.specialized`)
+        self.relays = ()
         #: parameters that can hold data from outside the tree's making (after propagation:
         #: :meth:`~hpc_hangkit.lint.calls.Project._pass_through`; True: all of them, for a
         #: function no tree code calls); None before

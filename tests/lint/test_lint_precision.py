@@ -4441,3 +4441,66 @@ class Trainer:
         [("HK101", marks(src, "HERE"), marks(src, "BRANCH"))]
     assert [(line, what) for _, line, _, what, _ in res.findings[0].chain] == \
         [(marks(src, "HANDED"), "evaluate()"), (marks(src, "FORWARD"), "forward of DDP")]
+
+
+RELAYED = """
+import torch.distributed as dist
+
+
+class Writer:
+    def __init__(self, path):
+        self.path = path
+
+    def _append(self, obj, gather_obj=False):
+        rows = [obj]
+        if gather_obj and dist.is_initialized():
+            rows = [None] * dist.get_world_size()
+            dist.all_gather_object(rows, obj)
+        with open(self.path, "a") as f:
+            f.write(repr(rows))
+
+    def append(self, obj, gather_obj=False):
+        self._append(obj, gather_obj=gather_obj)
+
+
+def append_to_log(path, obj, gather=False):
+    w = Writer(path)
+    w.append(obj, gather_obj=gather)
+
+
+def train(path, obj):
+    if dist.get_rank() == 0:
+        append_to_log(path, obj)
+    if dist.get_rank() == 0:
+        w = Writer(path)
+        w.append(obj)
+    if dist.get_rank() == 0:
+        append_to_log(path, obj, gather=False)
+"""
+
+
+def test_a_default_handed_on_that_rules_out_the_collective_is_silent(tmp_path):
+    # ms-swift's `append_to_jsonl` on the master alone: `append` hands its `gather_obj=False`
+    # on to `_append`, whose gather runs only `if gather_obj`; through two functions' defaults
+    silent(tmp_path, RELAYED)
+
+
+@pytest.mark.parametrize("call", ["append_to_log(path, obj, gather=True)", "append_to_log(path, obj, True)",
+                                  "w = Writer(path); w.append(obj, True)",
+                                  "append_to_log(path, obj, gather=obj)"])
+def test_a_constant_or_value_handed_on_that_lets_the_collective_run_is_reported(tmp_path, call):
+    # the same writers called so that the gather runs (or may run: a value, not a constant)
+    src = RELAYED + """
+    if dist.get_rank() == 0:  # BRANCH
+        %s  # HERE
+""" % call
+    found = lint_tree(tmp_path, {"prog.py": src})
+    assert [(c, line, branch) for _, c, line, branch in found] == [
+        ("HK101", marks(src, "HERE"), marks(src, "BRANCH"))], found
+
+
+def test_a_parameter_assigned_before_it_is_handed_on_binds_nothing(tmp_path):
+    # `gather` reassigned: what the caller's default said no longer holds at the hand-off
+    src = RELAYED.replace("    w = Writer(path)\n", "    w = Writer(path)\n    gather = obj is not None\n", 1)
+    found = lint_tree(tmp_path, {"prog.py": src})
+    assert sorted({(c, branch) for _, c, _line, branch in found}) == [("HK101", 28), ("HK101", 33)], found
