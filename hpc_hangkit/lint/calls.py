@@ -41,6 +41,17 @@ def _method_ref(mod, cls, scope, parts):
     return None
 
 
+def _built_method(mod, f):
+    """The call ref of method ``f.attr`` when ``f`` (a call's function) is an attribute of an
+    object built in the same expression (``Writer(path).append(row)``,
+    ``Trainer.from_config(c).fit()``: :func:`_built_class`), else None. The object takes the
+    method's ``self``, as in :func:`_method_ref`."""
+    if f.__class__ is not ast.Attribute or f.value.__class__ is not _CALL:
+        return None
+    typ = _built_class(f.value)
+    return _method_of(_class_ref(mod, typ), f.attr) if typ is not None else None
+
+
 def _class_ref(mod, typ):
     """A class named ``typ`` (dotted) in ``mod``: ``("cls", module key, class)`` for a class of
     the module, ``("q", qualified name, module key)`` for an imported one, or None."""
@@ -67,6 +78,8 @@ def _first_arg(mod, ff, call):
     f = call.func
     if f.__class__ is not ast.Attribute:
         return 0
+    if f.value.__class__ is _CALL:
+        return 1 if _built_method(mod, f) is not None else 0
     parts = dotted(f)
     return 1 if parts and _method_ref(mod, ff.cls, ff.qualname, parts) is not None else 0
 
@@ -117,7 +130,7 @@ def call_ref(mod, cls, scope, call):
         if cls and isinstance(f, ast.Attribute) and isinstance(f.value, ast.Call) and \
                 isinstance(f.value.func, ast.Name) and f.value.func.id == "super":
             return ("super", mod.key, cls, f.attr)
-        return None
+        return _built_method(mod, f)
     if parts[0] == "self" and len(parts) == 2 and cls:
         return ("self", mod.key, cls, parts[1])
     ref = _method_ref(mod, cls, scope, parts)

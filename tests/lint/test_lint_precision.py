@@ -4476,6 +4476,8 @@ def train(path, obj):
         w.append(obj)
     if dist.get_rank() == 0:
         append_to_log(path, obj, gather=False)
+    if dist.get_rank() == 0:
+        Writer(path).append(obj)
 """
 
 
@@ -4487,6 +4489,7 @@ def test_a_default_handed_on_that_rules_out_the_collective_is_silent(tmp_path):
 
 @pytest.mark.parametrize("call", ["append_to_log(path, obj, gather=True)", "append_to_log(path, obj, True)",
                                   "w = Writer(path); w.append(obj, True)",
+                                  "Writer(path).append(obj, gather_obj=True)",
                                   "append_to_log(path, obj, gather=obj)"])
 def test_a_constant_or_value_handed_on_that_lets_the_collective_run_is_reported(tmp_path, call):
     # the same writers called so that the gather runs (or may run: a value, not a constant)

@@ -511,14 +511,15 @@ def test_collective_three_calls_down_in_another_module(tmp_path):
 
             def epoch(m, t):
                 if dist.get_rank() == 0:  # BRANCH
-                    helpers.Metrics().update(t)
+                    helpers.Metrics().update(t)  # BUILT
                     helpers.normalize(t)  # HERE
             """,
     }
     found = lint_tree(tmp_path, files)
     src = files["train.py"]
-    # Metrics().update is a method of an object the lint does not type: not guessed.
-    assert found == [("train.py", "HK101", marks(src, "HERE"), marks(src, "BRANCH"))], found
+    # Metrics().update: a method of the object built in the same expression, down to _reduce
+    assert found == [("train.py", "HK101", marks(src, "BUILT"), marks(src, "BRANCH")),
+                     ("train.py", "HK101", marks(src, "HERE"), marks(src, "BRANCH"))], found
 
 
 def test_self_method_chain_reaches_collective(tmp_path):
