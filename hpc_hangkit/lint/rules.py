@@ -331,6 +331,9 @@ class _Walker:
         #: the first finding (:meth:`_origin`)
         self._tests = None
         self._straights = {}
+        #: a call's id -> the ids of the calls in other handlers of its ``try`` that stand for
+        #: the same collectives (:meth:`_try_alternatives`)
+        self._alts = {}
         #: inside a membership / use_local_synchronization branch: its early exits are by design
         self.members_only = 0
         #: the sides of the enclosing ``if`` tests of fixed values (:func:`_side`) the walk is on
@@ -438,6 +441,10 @@ class _Walker:
         for st in stmts:
             if isinstance(st, _DEFS):
                 continue
+            alt = self._try_alternatives(st) if isinstance(st, ast.Try) else None
+            if alt is not None:
+                out.extend(((n.lineno, n.col_offset, k), w, i) for k, (w, i, n) in enumerate(alt))
+                continue
             for n in ([st] + list(walk_local(st))):
                 if isinstance(n, ast.Call):
                     w = self.witness(n)
@@ -450,6 +457,30 @@ class _Walker:
                             out.append(((n.lineno, n.col_offset, k), name, id(n)))
         out.sort(key=lambda x: x[0])
         return [(w, i) for _, w, i in out]
+
+    def _try_alternatives(self, st):
+        """For a ``try`` statement ``st`` whose body reaches no collective and cannot leave the
+        function, and whose ``finally`` reaches none: ``[(what, id, call)]`` of its ``else``
+        block when that and every handler reach the same collectives in the same order (cobaya's
+        root: ``try: result = func() / except: share_mpi(); raise / else: share_mpi([result])``
+        reaches one ``bcast`` either way); the handlers' calls are kept in :attr:`_alts` as the
+        same collectives (:meth:`_alts_of`). Else None: every call counts, as written."""
+        if not st.handlers or self.sigs(st.body) or self.sigs(st.finalbody) or \
+                self.exits_of(st.body)[0] & {"return", "exit", "continue", "break"}:
+            return None
+        arms = [self.sigs(st.orelse)] + [self.sigs(h.body) for h in st.handlers]
+        if not arms[0] or any([w for w, _ in a] != [w for w, _ in arms[0]] for a in arms[1:]):
+            return None
+        calls = {id(n): n for n in ast.walk(st) if isinstance(n, ast.Call)}
+        for k, (_, i) in enumerate(arms[0]):
+            self._alts.setdefault(i, set()).update(a[k][1] for a in arms[1:])
+        return [(w, i, calls[i]) for w, i in arms[0]]
+
+    def _alts_of(self, ids):
+        """``ids`` (a frozenset of call ids matched by the other side) with the calls that
+        :meth:`_try_alternatives` keeps as the same collectives as one of them."""
+        extra = [j for i in ids for j in self._alts.get(i, ())]
+        return ids | frozenset(extra) if extra else ids
 
     def _straight(self, ff, depth=0):
         """The names of the collectives function ``ff`` of this module reaches on every call, in
@@ -1280,6 +1311,7 @@ class _Walker:
                     if [w for w, _ in a] == [w for w, _ in cont]:
                         same_exit = True
                         skip_a = frozenset(i for _, i in a)
+                skip_a, skip_b = self._alts_of(skip_a), self._alts_of(skip_b)
                 direct = (lv < 2 or self.taint.direct_level(st.test) == 2) and agree != "many"
                 ga = _Guard(st.lineno, lv, "if", skip_a, direct)
                 gb = _Guard(st.lineno, lv, "else", skip_b, direct)
@@ -1369,12 +1401,15 @@ class _Walker:
                 # `except Exception as e: error = e`: a rank that raises in the body goes on
                 # after the try with the others
                 self.exits = [e for e in self.exits if e in before_try or e.kind != "raise"]
+            # the handlers and the `else` reach the same collectives: the ranks that raised meet
+            # the others in them (cobaya's root shares the result or the failure)
+            same = st.handlers and isinstance(st, ast.Try) and self._try_alternatives(st) is not None
             for h in st.handlers:
                 before = list(self.exits)
                 cond = handler_condition(st, h)
                 lv = 0 if cond is None else 1 if cond[1] is None else \
                     self.taint.test_level_at(cond[1], st.body[0].lineno)
-                self.block(h.body, guards + ((_Guard(h.lineno, lv, "except"),) if lv else ()), loops)
+                self.block(h.body, guards + ((_Guard(h.lineno, lv, "except"),) if lv and not same else ()), loops)
                 self.exits = before
                 if self.members_only or not lv:
                     continue

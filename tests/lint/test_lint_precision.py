@@ -4507,3 +4507,47 @@ def test_a_parameter_assigned_before_it_is_handed_on_binds_nothing(tmp_path):
     src = RELAYED.replace("    w = Writer(path)\n", "    w = Writer(path)\n    gather = obj is not None\n", 1)
     found = lint_tree(tmp_path, {"prog.py": src})
     assert sorted({(c, branch) for _, c, _line, branch in found}) == [("HK101", 28), ("HK101", 33)], found
+
+
+SHARED_FROM_ROOT = """
+import functools
+from mpi4py import MPI
+
+comm = MPI.COMM_WORLD
+
+
+def share(data=None):
+    return comm.bcast(data, root=0)
+
+
+def from_root(func):
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        if comm.Get_rank() == 0:  # BRANCH
+            try:
+                result = func(*args, **kwargs)
+            except Exception:
+                share()
+                raise
+            else:
+                share([result])
+                return result
+        else:
+            result = share()
+            if result is None:
+                raise RuntimeError("the root failed")
+            return result[0]
+    return wrapper
+"""
+
+
+def test_a_root_that_shares_its_result_or_its_failure_is_silent(tmp_path):
+    # cobaya's `from_root`: the root's handler and its `else` each reach one bcast, as the
+    # other ranks do; the handler's bcast meets theirs, it is no collective of failed ranks only
+    silent(tmp_path, SHARED_FROM_ROOT)
+
+
+def test_a_handler_reaching_another_collective_than_the_else_is_reported(tmp_path):
+    src = SHARED_FROM_ROOT.replace("            except Exception:\n                share()\n",
+                                   "            except Exception:\n                comm.Barrier()  # HERE\n")
+    expect(tmp_path, src, "HK101")
