@@ -1178,15 +1178,20 @@ class _Walker:
         return ()
 
     def block(self, stmts, guards, loops, end="fall"):
-        pairs = self.paired_ifs(stmts) | self.paired
-        for i, st in enumerate(stmts):
-            if id(st) in pairs:
-                # `if not c: X()` ... `if c: X()`: every rank reaches X once (main-process-first)
-                g = _Guard(st.lineno, 0, "if")
-                for sub in st.body:
-                    self.stmt(sub, guards + (g,), loops)
-                continue
-            self.stmt(st, guards, loops, stmts[i + 1:], end)
+        outer = self.paired
+        # the pairs inside the same test's blocks are read when those blocks are
+        self.paired = pairs = self.paired_ifs(stmts) | outer
+        try:
+            for i, st in enumerate(stmts):
+                if id(st) in pairs:
+                    # `if not c: X()` ... `if c: X()`: every rank reaches X once (main-process-first)
+                    g = _Guard(st.lineno, 0, "if")
+                    for sub in st.body:
+                        self.stmt(sub, guards + (g,), loops)
+                    continue
+                self.stmt(st, guards, loops, stmts[i + 1:], end)
+        finally:
+            self.paired = outer
         self.p2p(stmts, guards)
 
     def paired_ifs(self, stmts):
@@ -1195,12 +1200,22 @@ class _Walker:
         seen = {}
         out = set()
         ranked = []
+        # the ifs of the block, with those in the bodies of the block's ifs that test the same
+        # rank-independent condition (`if is_dist():` before a `yield` and after it): each paired
+        # only with one under the same test
+        flat = []
         for st in stmts:
+            if isinstance(st, ast.If) and not st.orelse and self.taint.test_level_at(st.test, st.lineno) == 0 and \
+                    any(isinstance(x, ast.If) for x in st.body):
+                flat.extend((ast.dump(st.test), x) for x in st.body)
+            else:
+                flat.append((None, st))
+        for under, st in flat:
             if not isinstance(st, ast.If) or st.orelse:
                 continue
             t = st.test
             neg = isinstance(t, ast.UnaryOp) and isinstance(t.op, ast.Not)
-            key = ast.dump(t.operand if neg else t)
+            key = (under, ast.dump(t.operand if neg else t))
             other = seen.get((key, not neg))
             if other is not None and [w for w, _ in self.sigs(other.body)] == [w for w, _ in self.sigs(st.body)] \
                     and self.sigs(st.body):
@@ -1212,12 +1227,12 @@ class _Walker:
             if pol is not None and id(st) not in out and self.taint.test_level(t) == 2:
                 sig = [w for w, _ in self.sigs(st.body)]
                 if sig:
-                    for other, opol, osig in ranked:
-                        if opol == -pol and osig == sig and id(other) not in out:
+                    for other, opol, osig, ounder in ranked:
+                        if opol == -pol and osig == sig and ounder == under and id(other) not in out:
                             out.update((id(other), id(st)))
                             break
                     else:
-                        ranked.append((st, pol, sig))
+                        ranked.append((st, pol, sig, under))
         return out
 
     def expr_guards(self, ctx, line):

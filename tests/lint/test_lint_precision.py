@@ -4551,3 +4551,46 @@ def test_a_handler_reaching_another_collective_than_the_else_is_reported(tmp_pat
     src = SHARED_FROM_ROOT.replace("            except Exception:\n                share()\n",
                                    "            except Exception:\n                comm.Barrier()  # HERE\n")
     expect(tmp_path, src, "HK101")
+
+
+MAIN_FIRST_AROUND_YIELD = """
+from contextlib import contextmanager
+
+import torch.distributed as dist
+
+
+def is_dist():
+    return dist.is_initialized() and dist.get_world_size() > 1
+
+
+def is_master():
+    return dist.get_rank() == 0
+
+
+@contextmanager
+def safe_ddp_context(use_barrier=True):
+    if use_barrier and dist.is_initialized():
+        if is_dist():
+            if not is_master():
+                dist.barrier()
+        yield
+        if is_dist():
+            if is_master():  # BRANCH
+                dist.barrier()  # HERE
+    else:
+        yield
+"""
+
+
+def test_main_process_first_split_by_a_yield_under_the_same_test_is_silent(tmp_path):
+    # ms-swift's `safe_ddp_context`: the others wait before the body, the master after it,
+    # each pair under its own `if is_dist():`, the same test on every rank
+    silent(tmp_path, MAIN_FIRST_AROUND_YIELD)
+
+
+def test_main_process_first_halves_under_different_tests_are_reported(tmp_path):
+    # the second half under another test: where it is false the others wait for ever
+    src = MAIN_FIRST_AROUND_YIELD.replace("        yield\n        if is_dist():\n",
+                                          "        yield\n        if use_barrier:\n")
+    found = lint_tree(tmp_path, {"prog.py": src})
+    assert ("prog.py", "HK101", marks(src, "HERE"), marks(src, "BRANCH")) in found, found
