@@ -569,6 +569,10 @@ class Taint:
         if t is _SUBSCRIPT:
             if self._is_environ(e.value) and self._rank_env_key(e.slice):
                 return 2
+            s = e.slice
+            if e.value.__class__ is _CALL and s.__class__ is _CONSTANT and s.value.__class__ is int and s.value >= 0:
+                # `get_node_setting()[1]`: that element of the tuple a tree function returns
+                return self._elem_level(e.value, s.value)
             return max(self.level(e.value), self.level(e.slice))
         if t is _LAMBDA:
             return 0

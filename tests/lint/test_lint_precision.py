@@ -4594,3 +4594,38 @@ def test_main_process_first_halves_under_different_tests_are_reported(tmp_path):
                                           "        yield\n        if use_barrier:\n")
     found = lint_tree(tmp_path, {"prog.py": src})
     assert ("prog.py", "HK101", marks(src, "HERE"), marks(src, "BRANCH")) in found, found
+
+
+NODE_SETTING = """
+import os
+
+import torch.distributed as dist
+
+
+def get_node_setting():
+    node_rank = int(os.getenv("NODE_RANK", 0))
+    nnodes = int(os.getenv("NNODES", 1))
+    return node_rank, nnodes
+
+
+def check_shared_disk():
+    nnodes = get_node_setting()[1]
+    if nnodes <= 1:
+        return True
+    dist.barrier()
+    return False
+"""
+
+
+def test_an_element_of_a_returned_tuple_taken_by_index_has_its_own_level(tmp_path):
+    # ms-swift's `get_node_setting()[1]`: the node count, not the node's rank beside it
+    silent(tmp_path, NODE_SETTING)
+
+
+def test_the_rank_element_taken_by_index_is_rank_dependent(tmp_path):
+    expect(tmp_path, NODE_SETTING + """
+
+def first_node():
+    if get_node_setting()[0] == 0:  # BRANCH
+        dist.barrier()  # HERE
+""", "HK101")
