@@ -584,6 +584,8 @@ class Taint:
                 return self.level(body)
         if t is _BOOLOP and isinstance(e.op, ast.And) and _first_and_last(e.values):
             return 0
+        if t is _COMPARE and mode_test(e):
+            return 0
         if t is _COMPARE and len(e.ops) == 1 and isinstance(e.ops[0], (ast.Is, ast.IsNot)) and \
                 isinstance(e.comparators[0], ast.Constant) and e.comparators[0].value is None:
             if isinstance(e.left, ast.Name):
@@ -2438,20 +2440,32 @@ def mentions_membership(e):
                     # `get_rank() in ranks`, `rank in [self.src, self.dest]`: members of a
                     # subgroup run its collectives (a literal `rank in (-1, 0)` picks ranks instead)
                     return True
-            if isinstance(op, (ast.Is, ast.IsNot)) and isinstance(c, ast.Constant) and c.value is None:
-                d = dotted(n.left)
-                if d and (d[-1] in C.RANK_NAMES or d[-1].endswith("_rank")):
-                    return True  # `rank is None`: which mode the caller chose, the same on every rank
-            negative = (isinstance(c, ast.UnaryOp) and isinstance(c.op, ast.USub)) or (
-                isinstance(c, ast.Constant) and c.value == 0 and isinstance(op, ast.Lt))
-            # rank in a group is -1 (or < 0) on ranks outside it; LOCAL_RANK == -1: not launched
-            # distributed at all (the same answer on every rank)
-            if negative and any((isinstance(x, ast.Call) and (dotted(x.func) or [""])[-1] in C.RANK_CALLS | {"rank"})
-                                or (isinstance(x, ast.Constant) and x.value in C.RANK_ENV)
-                                or (isinstance(x, (ast.Name, ast.Attribute)) and (dotted(x) or [""])[-1]
-                                    in C.RANK_NAMES) for x in nodes_of(n.left)):
+            if mode_test(n):
                 return True
     return False
+
+
+def mode_test(n):
+    """True when comparison ``n`` asks which mode the job runs in, the same on every rank, not
+    which rank this is: ``rank is None`` (the caller chose no rank), ``LOCAL_RANK == -1`` or
+    ``int(os.environ.get("RANK", -1)) != -1`` (launched distributed or not), a group rank ``< 0``
+    (outside the group). Its value stored in a local (nanoGPT's `ddp = int(os.environ.get('RANK',
+    -1)) != -1`) is as uniform as the test."""
+    if n.__class__ is not _COMPARE or len(n.comparators) != 1:
+        return False
+    c, op = n.comparators[0], n.ops[0]
+    if isinstance(op, (ast.Is, ast.IsNot)) and isinstance(c, ast.Constant) and c.value is None:
+        d = dotted(n.left)
+        if d and (d[-1] in C.RANK_NAMES or d[-1].endswith("_rank")):
+            return True  # `rank is None`: which mode the caller chose, the same on every rank
+    negative = (isinstance(c, ast.UnaryOp) and isinstance(c.op, ast.USub)) or (
+        isinstance(c, ast.Constant) and c.value == 0 and isinstance(op, ast.Lt))
+    # rank in a group is -1 (or < 0) on ranks outside it; LOCAL_RANK == -1: not launched
+    # distributed at all (the same answer on every rank)
+    return negative and any((isinstance(x, ast.Call) and (dotted(x.func) or [""])[-1] in C.RANK_CALLS | {"rank"})
+                            or (isinstance(x, ast.Constant) and x.value in C.RANK_ENV)
+                            or (isinstance(x, (ast.Name, ast.Attribute)) and (dotted(x) or [""])[-1]
+                                in C.RANK_NAMES) for x in nodes_of(n.left))
 
 
 def call_kind(mod, call):

@@ -4629,3 +4629,34 @@ def first_node():
     if get_node_setting()[0] == 0:  # BRANCH
         dist.barrier()  # HERE
 """, "HK101")
+
+
+LAUNCH_MODE = """
+import os
+
+import torch.distributed as dist
+
+
+def run():
+    local_rank = os.environ.get("LOCAL_RANK")
+    ddp = local_rank is not None
+    if ddp:
+        dist.init_process_group("nccl")
+    ddp_too = int(os.environ.get("RANK", -1)) != -1
+    if ddp_too:
+        dist.barrier()
+"""
+
+
+def test_a_launch_mode_kept_in_a_local_is_the_same_on_every_rank(tmp_path):
+    # sparsify's `ddp = local_rank is not None`, nanoGPT's `ddp = int(os.environ.get('RANK',
+    # -1)) != -1`: whether a launcher started the job, as when tested in place
+    silent(tmp_path, LAUNCH_MODE)
+
+
+def test_a_rank_kept_in_a_local_is_still_rank_dependent(tmp_path):
+    expect(tmp_path, LAUNCH_MODE + """
+    master = int(os.environ.get("RANK", -1)) == 0
+    if master:  # BRANCH
+        dist.barrier()  # HERE
+""", "HK101")
