@@ -632,8 +632,13 @@ class Project:
                 fixed.update(rebinds)
                 early = _first_bound(nodes, own - fixed)
             ff.cond_ranges = _cond_ranges(node.body, fixed, early)
+            defaults = defaults_of(node) if ff.cond_ranges or relays else None
+            if relays:
+                # only a parameter with a constant default is kept (a fifth of them on torch):
+                # what most callers leave out, and the memory of the others' is not repaid
+                relays = tuple(r for r in relays if r[3] in defaults)
             if ff.cond_ranges or relays:
-                ff.defaults = defaults_of(node)
+                ff.defaults = defaults
                 # a test may also read an assigned parameter: unknown there, never its default
                 ff.tested = frozenset().union(*[names_of(t) - m for _, _, t, _, m in ff.cond_ranges]) & \
                     (fixed | set(early))

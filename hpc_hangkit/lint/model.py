@@ -231,9 +231,10 @@ class FuncFacts:
         #: ``[(call ref, param index or keyword, own parameter)]``: a parameter handed on as it is
         self.passes = ()
         #: ``((line, col, position among the call's arguments or keyword, own parameter), ...)``:
-        #: a parameter the function never assigns, handed on as it is at the call at (line,
-        #: col), so that a constant bound to it (a caller's, or its default) binds the callee's
-        #: parameter too (:meth:`~hpc_hangkit.lint.calls.Project.specialized`)
+        #: a parameter with a constant default that the function never assigns, handed on as it
+        #: is at the call at (line, col), so that a constant bound to it (a caller's, or its
+        #: default) binds the callee's parameter too
+        #: (:meth:`~hpc_hangkit.lint.calls.Project.specialized`)
         self.relays = ()
         #: parameters that can hold data from outside the tree's making (after propagation:
         #: :meth:`~hpc_hangkit.lint.calls.Project._pass_through`; True: all of them, for a

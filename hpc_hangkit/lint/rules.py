@@ -334,6 +334,8 @@ class _Walker:
         #: a call's id -> the ids of the calls in other handlers of its ``try`` that stand for
         #: the same collectives (:meth:`_try_alternatives`)
         self._alts = {}
+        #: id of a ``try`` statement -> what :meth:`_try_alternatives` made of it
+        self._tries = {}
         #: inside a membership / use_local_synchronization branch: its early exits are by design
         self.members_only = 0
         #: the sides of the enclosing ``if`` tests of fixed values (:func:`_side`) the walk is on
@@ -465,6 +467,12 @@ class _Walker:
         root: ``try: result = func() / except: share_mpi(); raise / else: share_mpi([result])``
         reaches one ``bcast`` either way); the handlers' calls are kept in :attr:`_alts` as the
         same collectives (:meth:`_alts_of`). Else None: every call counts, as written."""
+        key = id(st)
+        if key not in self._tries:
+            self._tries[key] = self._try_alternatives_of(st)
+        return self._tries[key]
+
+    def _try_alternatives_of(self, st):
         if not st.handlers or self.sigs(st.body) or self.sigs(st.finalbody) or \
                 self.exits_of(st.body)[0] & {"return", "exit", "continue", "break"}:
             return None
