@@ -462,8 +462,8 @@ class _Walker:
 
     def _try_alternatives(self, st):
         """For a ``try`` statement ``st`` whose body reaches no collective and cannot leave the
-        function, and whose ``finally`` reaches none: ``[(what, id, call)]`` of its ``else``
-        block when that and every handler reach the same collectives in the same order (cobaya's
+        function: ``[(what, id, call)]`` of its ``else`` block, then of its ``finally`` block,
+        when the ``else`` and every handler reach the same collectives in the same order (cobaya's
         root: ``try: result = func() / except: share_mpi(); raise / else: share_mpi([result])``
         reaches one ``bcast`` either way); the handlers' calls are kept in :attr:`_alts` as the
         same collectives (:meth:`_alts_of`). Else None: every call counts, as written."""
@@ -473,7 +473,7 @@ class _Walker:
         return self._tries[key]
 
     def _try_alternatives_of(self, st):
-        if not st.handlers or self.sigs(st.body) or self.sigs(st.finalbody) or \
+        if not st.handlers or self.sigs(st.body) or \
                 self.exits_of(st.body)[0] & {"return", "exit", "continue", "break"}:
             return None
         arms = [self.sigs(st.orelse)] + [self.sigs(h.body) for h in st.handlers]
@@ -482,7 +482,8 @@ class _Walker:
         calls = {id(n): n for n in ast.walk(st) if isinstance(n, ast.Call)}
         for k, (_, i) in enumerate(arms[0]):
             self._alts.setdefault(i, set()).update(a[k][1] for a in arms[1:])
-        return [(w, i, calls[i]) for w, i in arms[0]]
+        # the `finally` block runs after either, once
+        return [(w, i, calls[i]) for w, i in arms[0] + self.sigs(st.finalbody)]
 
     def _alts_of(self, ids):
         """``ids`` (a frozenset of call ids matched by the other side) with the calls that
@@ -1212,10 +1213,17 @@ class _Walker:
         # rank-independent condition (`if is_dist():` before a `yield` and after it): each paired
         # only with one under the same test
         flat = []
-        for st in stmts:
+        todo = list(reversed(stmts))
+        while todo:
+            st = todo.pop()
             if isinstance(st, ast.If) and not st.orelse and self.taint.test_level_at(st.test, st.lineno) == 0 and \
                     any(isinstance(x, ast.If) for x in st.body):
                 flat.extend((ast.dump(st.test), x) for x in st.body)
+            elif isinstance(st, ast.Try) and st.finalbody:
+                # `if not main: barrier()`, then `try: yield` `finally: if main: barrier()`: the
+                # finally block runs after the body on every rank, as the block's next statements
+                flat.append((None, st))
+                todo.extend(reversed(st.finalbody))
             else:
                 flat.append((None, st))
         for under, st in flat:
@@ -1427,6 +1435,11 @@ class _Walker:
             # the handlers and the `else` reach the same collectives: the ranks that raised meet
             # the others in them (cobaya's root shares the result or the failure)
             same = st.handlers and isinstance(st, ast.Try) and self._try_alternatives(st) is not None
+            # the `else` block runs only where no handler did: the handlers' exits are not before it
+            after_body = list(self.exits)
+            self.block(st.orelse, guards, loops)
+            from_else = [e for e in self.exits if e not in after_body]
+            self.exits = after_body
             for h in st.handlers:
                 before = list(self.exits)
                 cond = handler_condition(st, h)
@@ -1442,7 +1455,7 @@ class _Walker:
                 for kind in sorted(kinds & {"return", "continue", "break", "exit"}):
                     loop = loops[-1] if kind in ("continue", "break") and loops else None
                     self.exits.append(_Exit(h.lineno, lv, kind, loop, False, sides=self.sides))
-            self.block(st.orelse, guards, loops)
+            self.exits = self.exits + from_else
             if st.finalbody:
                 # a rank that raises or returns in the try runs the finally block too: those exits
                 # skip only what comes after the try statement

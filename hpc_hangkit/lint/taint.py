@@ -457,7 +457,7 @@ class Taint:
 
     def _elem_level(self, call, i):
         callee = self.project.callee(self.mod, self.cls, "<module>", call) if self.project is not None else None
-        if callee is not None and callee.ret_elems is not None and i < len(callee.ret_elems):
+        if callee is not None and callee.ret_elems is not None and -len(callee.ret_elems) <= i < len(callee.ret_elems):
             return callee.ret_elems[i]
         return self.level(call)
 
@@ -570,9 +570,13 @@ class Taint:
             if self._is_environ(e.value) and self._rank_env_key(e.slice):
                 return 2
             s = e.slice
-            if e.value.__class__ is _CALL and s.__class__ is _CONSTANT and s.value.__class__ is int and s.value >= 0:
-                # `get_node_setting()[1]`: that element of the tuple a tree function returns
-                return self._elem_level(e.value, s.value)
+            k = -s.operand.value if s.__class__ is ast.UnaryOp and isinstance(s.op, ast.USub) and \
+                s.operand.__class__ is _CONSTANT and s.operand.value.__class__ is int else \
+                s.value if s.__class__ is _CONSTANT and s.value.__class__ is int else None
+            if e.value.__class__ is _CALL and k is not None:
+                # `get_node_setting()[1]`, `get_dist_setting()[-1]`: that element of the tuple a
+                # tree function returns
+                return self._elem_level(e.value, k)
             return max(self.level(e.value), self.level(e.slice))
         if t is _LAMBDA:
             return 0
@@ -2459,8 +2463,8 @@ def mode_test(n):
         if d and (d[-1] in C.RANK_NAMES or d[-1].endswith("_rank")):
             return True  # `rank is None`: which mode the caller chose, the same on every rank
     negative = (isinstance(c, ast.UnaryOp) and isinstance(c.op, ast.USub)) or (
-        isinstance(c, ast.Constant) and c.value == 0 and isinstance(op, ast.Lt))
-    # rank in a group is -1 (or < 0) on ranks outside it; LOCAL_RANK == -1: not launched
+        isinstance(c, ast.Constant) and c.value == 0 and isinstance(op, (ast.Lt, ast.GtE)))
+    # rank in a group is -1 (or < 0) on ranks outside it; LOCAL_RANK == -1 (or not >= 0): not launched
     # distributed at all (the same answer on every rank)
     return negative and any((isinstance(x, ast.Call) and (dotted(x.func) or [""])[-1] in C.RANK_CALLS | {"rank"})
                             or (isinstance(x, ast.Constant) and x.value in C.RANK_ENV)

@@ -4660,3 +4660,95 @@ def test_a_rank_kept_in_a_local_is_still_rank_dependent(tmp_path):
     if master:  # BRANCH
         dist.barrier()  # HERE
 """, "HK101")
+
+
+def test_a_root_sharing_either_way_then_waiting_in_finally_is_silent(tmp_path):
+    # the fresh reader's: the root's finally reaches a Barrier, as the other ranks do after the bcast
+    silent(tmp_path, """
+from mpi4py import MPI
+
+comm = MPI.COMM_WORLD
+
+
+def from_root(func):
+    if comm.Get_rank() == 0:
+        try:
+            result = func()
+        except Exception:
+            comm.bcast(None, root=0)
+            raise
+        else:
+            comm.bcast([result], root=0)
+            return result
+        finally:
+            comm.Barrier()
+    else:
+        result = comm.bcast(None, root=0)
+        comm.Barrier()
+        if result is None:
+            raise RuntimeError("the root failed")
+        return result[0]
+""")
+
+
+def test_a_handler_that_returns_is_no_exit_before_the_else_block(tmp_path):
+    # the handler and the `else` never both run: the handler's return does not skip the else's share
+    silent(tmp_path, SHARED_FROM_ROOT.replace("                share()\n                raise\n",
+                                              "                share()\n                return None\n"))
+
+
+def test_main_process_first_split_before_a_try_and_in_its_finally_is_silent(tmp_path):
+    silent(tmp_path, """
+import contextlib
+
+import torch.distributed as dist
+
+
+def is_dist():
+    return dist.is_available() and dist.is_initialized()
+
+
+@contextlib.contextmanager
+def main_process_first():
+    if is_dist():
+        if dist.get_rank() != 0:
+            dist.barrier()
+    try:
+        yield
+    finally:
+        if is_dist():
+            if dist.get_rank() == 0:
+                dist.barrier()
+""")
+
+
+def test_a_negative_index_of_a_returned_tuple_is_that_element(tmp_path):
+    src = NODE_SETTING + """
+
+def world_barrier():
+    if get_node_setting()[-1] > 1:
+        dist.barrier()
+"""
+    silent(tmp_path, src)
+    expect(tmp_path, src + """
+
+def node_barrier():
+    if get_node_setting()[-2] == 0:  # BRANCH
+        dist.barrier()  # HERE
+""", "HK101")
+
+
+def test_a_launch_mode_written_as_at_least_zero_is_uniform(tmp_path):
+    silent(tmp_path, """
+import os
+
+import torch.distributed as dist
+
+
+def setup():
+    local_rank = int(os.environ.get("LOCAL_RANK", -1))
+    distributed = local_rank >= 0
+    if distributed:
+        dist.init_process_group("nccl")
+        dist.barrier()
+""")
