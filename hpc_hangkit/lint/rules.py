@@ -1440,13 +1440,14 @@ class _Walker:
             self.block(st.orelse, guards, loops)
             from_else = [e for e in self.exits if e not in after_body]
             self.exits = after_body
+            # nor does one handler run after another: their exits stand after the `try`
+            from_handlers = []
             for h in st.handlers:
-                before = list(self.exits)
                 cond = handler_condition(st, h)
                 lv = 0 if cond is None else 1 if cond[1] is None else \
                     self.taint.test_level_at(cond[1], st.body[0].lineno)
                 self.block(h.body, guards + ((_Guard(h.lineno, lv, "except"),) if lv and not same else ()), loops)
-                self.exits = before
+                self.exits = after_body
                 if self.members_only or not lv:
                     continue
                 kinds, abort = self.exits_of(h.body)
@@ -1454,8 +1455,12 @@ class _Walker:
                     continue
                 for kind in sorted(kinds & {"return", "continue", "break", "exit"}):
                     loop = loops[-1] if kind in ("continue", "break") and loops else None
-                    self.exits.append(_Exit(h.lineno, lv, kind, loop, False, sides=self.sides))
-            self.exits = self.exits + from_else
+                    from_handlers.append(_Exit(h.lineno, lv, kind, loop, False, sides=self.sides))
+                if same and "raise" in kinds:
+                    # a handler that shares its failure with the others and raises: the ranks
+                    # that raised skip what follows the `try` (cobaya's root, then a Barrier)
+                    from_handlers.append(_Exit(h.lineno, lv, "raise", None, False, sides=self.sides))
+            self.exits = self.exits + from_handlers + from_else
             if st.finalbody:
                 # a rank that raises or returns in the try runs the finally block too: those exits
                 # skip only what comes after the try statement

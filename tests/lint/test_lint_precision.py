@@ -4752,3 +4752,41 @@ def setup():
         dist.init_process_group("nccl")
         dist.barrier()
 """)
+
+
+def test_a_root_handler_raising_past_a_barrier_after_the_try_is_reported(tmp_path):
+    # the fresh reader's: the root shares its failure, re-raises and skips the Barrier after the
+    # try, in which the other ranks wait before they test what they got
+    src = """
+from mpi4py import MPI
+
+comm = MPI.COMM_WORLD
+
+
+def from_root(func):
+    if comm.Get_rank() == 0:
+        try:
+            result = func()
+        except Exception:  # BRANCH
+            comm.bcast(None, root=0)
+            raise
+        else:
+            comm.bcast([result], root=0)
+        comm.Barrier()  # HERE
+        return result
+    else:
+        result = comm.bcast(None, root=0)
+        comm.Barrier()
+        if result is None:
+            raise RuntimeError("the root failed")
+        return result[0]
+"""
+    expect(tmp_path, src, "HK203")
+
+
+def test_two_handlers_sharing_the_failure_alike_are_silent(tmp_path):
+    # one handler's raise is no exit before the other handler's share: they never both run
+    silent(tmp_path, SHARED_FROM_ROOT.replace(
+        "            except Exception:\n",
+        "            except (OSError, ValueError):\n                share()\n                raise\n"
+        "            except Exception:\n"))
