@@ -464,7 +464,7 @@ class Project:
                                     if not ff.passes:
                                         ff.passes = []
                                     ff.passes.append((ref, k, a.id))
-                            relayed += _relayed(n, params)
+                            relayed += _params_handed_on(n, params)
                         if tainted and handed_on:
                             handing.append((n, ref))
                             if not dead:
@@ -1693,7 +1693,7 @@ def _reach_chain(ff, p, w):
     return out
 
 
-def _relayed(call, params):
+def _params_handed_on(call, params):
     """``[(line, col, key, parameter)]`` for each of ``params`` that ``call`` hands on as it is,
     keyed as :func:`call_info` keys a constant argument (its position among the call's
     arguments, or its keyword); none after a ``*args``, where positions are unknown."""
