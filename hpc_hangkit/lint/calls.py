@@ -41,6 +41,35 @@ def _method_ref(mod, cls, scope, parts):
     return None
 
 
+def _named_class(mod, ff, name, sites):
+    """The class a receiver of no known type is named after, as a :func:`_class_ref`, or None:
+    ``driver`` of ``def report(driver): driver.get_design_var_values()`` (or of ``driver =
+    prob.driver``) is the module's own class ``Driver``, else ``Driver`` of the tree's module
+    ``driver`` (the nearest file driver.py or package driver/) when one is linted
+    (:func:`set_tree_names`). Only a parameter
+    never assigned in the function, or a local assigned only an attribute of its own name;
+    never ``self``/``cls`` or an imported name. The class is the receiver's words capitalized
+    (``data_loader``: ``DataLoader``); when the module has no such class the call stays
+    unresolved, as before. The reference's kind is ``ncls`` (a class of the module) or ``nq``
+    (qualified), resolved as ``cls`` and ``q`` are: a call through it is an edge of the call
+    graph (what it reaches), but hands nothing on (:data:`_GUESSED`)."""
+    if name in ("self", "cls") or name in mod.imports:
+        return None
+    if sites is None:
+        if name not in ff.params:
+            return None
+    elif name in ff.params or not all(v.__class__ is ast.Attribute and v.attr == name for _, _, v in sites):
+        return None
+    camel = "".join(w[:1].upper() + w[1:] for w in name.split("_") if w)
+    if not camel or camel == name:
+        return None
+    if camel in mod.bases:
+        return ("ncls", mod.key, camel)
+    if _TREE_NAMES is None or name not in _TREE_NAMES:
+        return None
+    return ("nq", name + "." + camel, mod.key)
+
+
 def _built_method(mod, f):
     """The call ref of method ``f.attr`` when ``f`` (a call's function) is an attribute of an
     object built in the same expression (``Writer(path).append(row)``,
@@ -54,7 +83,10 @@ def _built_method(mod, f):
 
 def _class_ref(mod, typ):
     """A class named ``typ`` (dotted) in ``mod``: ``("cls", module key, class)`` for a class of
-    the module, ``("q", qualified name, module key)`` for an imported one, or None."""
+    the module, ``("q", qualified name, module key)`` for an imported one, or None. A ``typ``
+    that is already such a reference (:func:`_named_class`) is itself."""
+    if typ.__class__ is tuple:
+        return typ
     if typ in mod.bases and typ not in mod.imports:
         return ("cls", mod.key, typ)
     q = qualify(mod, typ.split("."))
@@ -65,9 +97,9 @@ def _method_of(cls_ref, meth):
     """The call ref of method ``meth`` of the class :func:`_class_ref` names, or None."""
     if cls_ref is None:
         return None
-    if cls_ref[0] == "cls":
+    if cls_ref[0] in ("cls", "ncls"):
         return cls_ref + (meth,)
-    return ("q", cls_ref[1] + "." + meth, cls_ref[2])
+    return ("nq" if cls_ref[0] == "nq" else "q", cls_ref[1] + "." + meth, cls_ref[2])
 
 
 def _first_arg(mod, ff, call):
@@ -151,6 +183,9 @@ def call_ref(mod, cls, scope, call):
 
 
 _NAME, _CALL, _RETURN, _ASSIGN = ast.Name, ast.Call, ast.Return, ast.Assign
+#: the kinds of a call reference whose class was guessed from the receiver's name
+#: (:func:`_named_class`): which method runs is a guess, so what it is handed is not bound
+_GUESSED = ("ncls", "nq")
 #: the open parameters of a function whose every parameter comes from the tree's making
 _NONE = frozenset()
 #: the words classified so far (per process), and those that name what the taint reads
@@ -357,6 +392,11 @@ class Project:
                 ff.var_types[t.id] = d
             elif attr is not None and "." not in attr:
                 mod.attr_types.setdefault((ff.cls, attr), d)
+        for name in receivers:
+            if name not in ff.var_types:
+                typ = _named_class(mod, ff, name, plain.get(name))
+                if typ is not None:
+                    ff.var_types[name] = typ
         wrapped = {}
         for name, sites in plain.items():
             if name in joined or (not any(w for _, w, _ in sites) and name not in called):
@@ -444,7 +484,9 @@ class Project:
                             at = ff.param_called[held]
                         ff.param_called[held] = at
                     ref = call_ref(mod, ff.cls, ff.qualname, n)
-                    if ref is not None and (ff.wrapped or mod.collective_attrs or wrap_words) and (n.args or n.keywords):
+                    guessed = ref is not None and ref[0] in _GUESSED
+                    if ref is not None and (ff.wrapped or mod.collective_attrs or wrap_words) and (n.args or n.keywords) \
+                            and not guessed:
                         self._hands_wrapped(mod, ff, n, ref)
                     if n.args:
                         # `tree_map(sum_inplace, g)`: an edge to the function it applies
@@ -452,9 +494,9 @@ class Project:
                         if applied is not None and not _dead_ref(mod, applied):
                             ff.calls.append((applied, n.lineno, n.col_offset, _APPLIED))
                     if ref is not None:
-                        ff.calls.append((ref, n.lineno, n.col_offset, call_info(mod, n)))
+                        ff.calls.append((ref, n.lineno, n.col_offset, None if guessed else call_info(mod, n)))
                         # what a call handed arguments passes on matters only for a tree callee
-                        handed_on = bool(n.args or n.keywords)
+                        handed_on = bool(n.args or n.keywords) and not guessed
                         dead = handed_on and (params or tainted) and _dead_ref(mod, ref)
                         if params and handed_on and not dead:
                             # a parameter handed on as it is: what the callee's parameter holds
@@ -791,7 +833,7 @@ class Project:
         if hit is not False:
             return hit
         out = None
-        if ref[0] in ("self", "cls"):
+        if ref[0] in ("self", "cls", "ncls"):
             out = self._method(ref[1], ref[2], ref[3], 0)
         elif ref[0] == "super":
             out = self._method(ref[1], ref[2], ref[3], 0, skip_own=True)

@@ -182,6 +182,11 @@ class Taint:
         self._counted = None
         #: local name -> :meth:`_gathered`, asked once per name
         self._gathers = {}
+        #: local name -> the first line that hands it to a gathering collective as the data
+        #: (:data:`_GATHERING`), for :meth:`test_level`; None when none does
+        self._gathered_at = None
+        #: the calls :meth:`_agree_args` reads inside ``asyncio.to_thread(f, *args)``
+        self._threaded = []
         self._resized = None
         #: name -> (line after which its length is decided, the count's level) for a list
         #: padded to an agreed count (:func:`_padded_lists`), built on the first trip count asked
@@ -490,6 +495,15 @@ class Taint:
 
     def _agree_args(self, call):
         kind, name = self.call_kind(call)
+        if kind is None and call.args and call.func.__class__ is ast.Attribute and call.func.attr == "to_thread" \
+                and call.args[0].__class__ in (_NAME, _ATTRIBUTE):
+            # `await asyncio.to_thread(dist.broadcast_object_list, box, src=0)`: the collective
+            # runs in a worker thread on what it is handed, as if called here
+            inner = ast.Call(func=call.args[0], args=call.args[1:], keywords=call.keywords)
+            ast.copy_location(inner, call)
+            self._threaded.append(inner)  # kept alive: call kinds are remembered by id
+            self._agree_args(inner)
+            return
         if kind is None and self.project is not None and call.args:
             # a tree wrapper that hands that parameter to an agreeing collective
             callee = self.project.callee(self.mod, self.cls, "<module>", call)
@@ -502,6 +516,13 @@ class Taint:
             return
         if kind != "collective":
             return
+        if name in _GATHERING and call.args:
+            a = call.args[1 if name in _GATHERING_ARG1 and len(call.args) > 1 else 0]
+            if a.__class__ is _NAME:
+                if self._gathered_at is None:
+                    self._gathered_at = {}
+                if call.lineno < self._gathered_at.get(a.id, call.lineno + 1):
+                    self._gathered_at[a.id] = call.lineno
         idx = 0 if name in _AGREEING_ARG0 else 1 if name in _AGREEING_ARG1 else None
         if idx is not None and len(call.args) > idx:
             d = dotted(call.args[idx])
@@ -1103,6 +1124,12 @@ class Taint:
             elif lv == 0 and _emptiness(inner) and not self._fed_uniform(inner) and \
                     not self._gathered_size(inner):
                 lv = 1
+            if lv == 0 and self._gathered_at is not None and self._at is not None:
+                x = _truth_subject(inner)
+                if x is not None and self._at < self._gathered_at.get(x.id, 0) and x.id not in self.agreed:
+                    # `if groups: groups = comm.allgather(groups)`: a value gathered from every
+                    # rank is one that differs between them, so its emptiness does too
+                    lv = 1
         return lv
 
     def _switch(self, e):
@@ -1461,6 +1488,35 @@ def _size_of(e):
     if isinstance(e, ast.Subscript) and isinstance(e.value, ast.Attribute) and e.value.attr == "shape":
         return True
     return isinstance(e, ast.Attribute) and e.attr == "size"
+
+
+#: collectives that collect every rank's value of their data argument (the first; torch's
+#: two-argument forms the second, :data:`_GATHERING_ARG1`): the code gathers it because it
+#: differs between ranks
+_GATHERING = {"allgather", "gather", "Allgather", "Gather", "Allgatherv", "Gatherv", "all_gather",
+              "all_gather_object", "gather_object", "all_gather_into_tensor", "allgather_object"}
+_GATHERING_ARG1 = {"all_gather", "all_gather_object", "all_gather_into_tensor"}
+
+
+def _truth_subject(e):
+    """The local name whose emptiness condition ``e`` asks (``xs``, ``len(xs) == 0``, ``len(xs)
+    > 0``, ``xs.numel() == 0``; ``not`` already taken off), or None."""
+    if e.__class__ is _NAME:
+        return e
+    if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not):
+        e = e.operand
+    elif isinstance(e, ast.Compare) and len(e.ops) == 1 and isinstance(e.comparators[0], ast.Constant) and \
+            e.comparators[0].value in (0, 1) and not isinstance(e.comparators[0].value, bool):
+        e = e.left
+    else:
+        return None
+    if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "len" and len(e.args) == 1:
+        x = e.args[0]
+    elif _size_of(e):
+        x = _size_receiver(e)
+    else:
+        return None
+    return x if x.__class__ is _NAME else None
 
 
 def _emptiness(e):

@@ -4790,3 +4790,140 @@ def test_two_handlers_sharing_the_failure_alike_are_silent(tmp_path):
         "            except Exception:\n",
         "            except (OSError, ValueError):\n                share()\n                raise\n"
         "            except Exception:\n"))
+
+
+DRIVER_CLASS = """
+from mpi4py import MPI
+
+
+class Driver:
+    def values(self, remote=True):
+        val = [0.0]
+        if remote:
+            MPI.COMM_WORLD.Bcast(val, root=0)
+        return val
+
+    def name(self):
+        return "driver"
+"""
+
+
+def test_a_parameter_named_after_the_modules_class_is_that_class(tmp_path):
+    # OpenMDAO's reports (recall3 t03, recall7 t03): rank 0 alone goes on to the driver's
+    # methods, one of which broadcasts from the variable's owner
+    src = DRIVER_CLASS + """
+
+def report(driver, out):
+    if MPI.COMM_WORLD.rank != 0:  # BRANCH
+        return
+    vals = driver.values()  # HERE
+    print(driver.name(), vals, file=out)
+"""
+    expect(tmp_path, src, "HK102")
+    # the fix: every rank takes the values, rank 0 alone writes them
+    silent(tmp_path, DRIVER_CLASS + """
+
+def report(driver, out):
+    vals = driver.values()
+    if MPI.COMM_WORLD.rank == 0:
+        print(driver.name(), vals, file=out)
+""")
+    # a method that reaches no collective, or a receiver assigned what a call returns, says nothing
+    silent(tmp_path, DRIVER_CLASS + """
+
+def report(driver, out):
+    if MPI.COMM_WORLD.rank != 0:
+        return
+    print(driver.name(), file=out)
+
+
+def other(make, out):
+    if MPI.COMM_WORLD.rank != 0:
+        return
+    driver = make()
+    print(driver.values(), file=out)
+""")
+
+
+def test_a_local_taken_from_an_attribute_of_its_name_is_the_tree_modules_class(tmp_path):
+    files = {"pkg/__init__.py": "",
+             "pkg/driver.py": DRIVER_CLASS,
+             "pkg/report.py": """
+from mpi4py import MPI
+
+
+def report(prob, out):
+    driver = prob.driver
+    if MPI.COMM_WORLD.rank != 0:  # BRANCH
+        return
+    print(driver.values(), file=out)  # HERE
+"""}
+    src = files["pkg/report.py"]
+    assert lint_tree(tmp_path, files) == [("pkg/report.py", "HK102", marks(src, "HERE"), marks(src, "BRANCH"))]
+    # the same call in a tree without a module named after the receiver is not guessed
+    files["pkg/driver.py"] = ""
+    files["pkg/drivers.py"] = DRIVER_CLASS
+    files["pkg/report.py"] = files["pkg/report.py"].replace("from mpi4py import MPI", "from mpi4py import MPI\nfrom pkg.drivers import Driver")
+    assert lint_tree(tmp_path, files) == []
+
+
+def test_a_value_tested_for_emptiness_before_it_is_gathered_is_rank_local(tmp_path):
+    # OpenMDAO PR #3097 (recall7 t02): the groups found among this rank's own subsystems are
+    # gathered from every rank, but only where this rank found some
+    expect(tmp_path, """
+def atomic_groups(comm, systems):
+    groups = [s.name for s in systems if s.gradients]
+    if groups:  # BRANCH
+        groups = comm.allgather(groups)  # HERE
+        groups = {g for grp in groups for g in grp}
+    return sorted(groups)
+""", "HK201")
+    expect(tmp_path, """
+import torch.distributed as dist
+
+def merged(names, world):
+    out = [None] * world
+    if len(names) > 0:  # BRANCH
+        dist.all_gather_object(out, names)  # HERE
+    return out
+""", "HK201")
+    # the fix: every rank gathers, then tests what all of them found
+    silent(tmp_path, """
+def atomic_groups(comm, systems):
+    groups = [s.name for s in systems if s.gradients]
+    if comm.size > 1:
+        groups = comm.allgather(groups)
+        groups = {g for grp in groups for g in grp}
+    if groups:
+        return sorted(groups)
+    return []
+""")
+
+
+THREADED_DECISION = """
+import asyncio
+
+import torch.distributed as dist
+
+
+class Actor:
+    def __init__(self):
+        self._rank = dist.get_rank()
+
+    async def loop(self, queue):
+        while True:
+            decision = await queue.get() if self._rank == 0 else None
+            box = [decision] if self._rank == 0 else [None]
+            await asyncio.to_thread(dist.broadcast_object_list, box, src=0)
+            decision = box[0]
+            if decision == "sync":  # BRANCH
+                dist.barrier()  # HERE
+"""
+
+
+def test_a_collective_run_through_to_thread_agrees_what_it_is_handed(tmp_path):
+    # torchtitan's RL generator: rank 0 decides, the decision reaches every rank through a
+    # broadcast run in a worker thread
+    silent(tmp_path, THREADED_DECISION)
+    expect(tmp_path, THREADED_DECISION.replace(
+        "            await asyncio.to_thread(dist.broadcast_object_list, box, src=0)\n", ""), "HK101")
