@@ -33,6 +33,10 @@ def _method_ref(mod, cls, scope, parts):
     if len(parts) == 2 or (len(parts) == 3 and parts[0] == "self"):
         if parts[0] == "self":
             typ = mod.attr_types.get((cls, parts[1])) if cls else None
+            if typ is None and cls and len(parts) == 3 and (cls, parts[1]) not in mod.collective_attrs:
+                # `self.checkpointer.save()`: an attribute of no known class is the one it is
+                # named after, as a parameter is
+                typ = _guessed_class(mod, parts[1])
         else:
             ff = mod.funcs.get(scope)
             typ = ff.var_types.get(parts[0]) if ff is not None else None
@@ -42,7 +46,8 @@ def _method_ref(mod, cls, scope, parts):
 
 
 def _named_class(mod, ff, name, sites):
-    """The class a receiver of no known type is named after, as a :func:`_class_ref`, or None:
+    """The class a receiver of no known type is named after, as a :func:`_class_ref`, or None
+    (``self.driver`` of a class, with no class known from its assignments, too: :func:`_method_ref`):
     ``driver`` of ``def report(driver): driver.get_design_var_values()`` (or of ``driver =
     prob.driver``) is the module's own class ``Driver``, else ``Driver`` of the tree's module
     ``driver`` (the nearest file driver.py or package driver/) when one is linted
@@ -60,6 +65,11 @@ def _named_class(mod, ff, name, sites):
             return None
     elif name in ff.params or not all(v.__class__ is ast.Attribute and v.attr == name for _, _, v in sites):
         return None
+    return _guessed_class(mod, name)
+
+
+def _guessed_class(mod, name):
+    """The class receiver ``name`` is named after (:func:`_named_class`), or None."""
     camel = "".join(w[:1].upper() + w[1:] for w in name.split("_") if w)
     if not camel or camel == name:
         return None

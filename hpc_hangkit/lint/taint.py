@@ -371,7 +371,7 @@ class Taint:
         """Record the branch conditions each assignment statement is under (control
         dependence: ``if rank == 0: n = len(data)``), and the statements of single-process
         branches (they run only without other ranks: they contribute nothing)."""
-        for st in stmts:
+        for i, st in enumerate(stmts):
             if isinstance(st, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
                 if conds:
                     self.guards[id(st)] = conds
@@ -387,6 +387,13 @@ class Taint:
                 self._sides[id(st.test)] = (_span(st.body), _span(st.orelse) if st.orelse else None)
                 self._scan_guards(st.body, c)
                 self._scan_guards(st.orelse, c)
+                if not st.orelse and _leaves_root_out(st.test):
+                    for _, _, b in _unboxed(st, stmts[max(0, i - 4):i]):
+                        # the root's value, broadcast: the same on every rank whichever side runs
+                        if conds:
+                            self.guards[id(b)] = conds
+                        else:
+                            self.guards.pop(id(b), None)
             elif isinstance(st, ast.Try) or type(st).__name__ == "TryStar":
                 self._scan_guards(st.body, conds)
                 for h in st.handlers:
@@ -1760,11 +1767,29 @@ def _dominance(fn, flags=()):
                     # the other side runs only without other ranks: on every run that has them,
                     # a plain assignment at the top of this side runs before every read after
                     # the `if`, as if it stood here (`if ws > 1: x = broadcast(x, src=0)`)
-                    for b in (st.orelse if side == "body" else st.body):
+                    multi = st.orelse if side == "body" else st.body
+                    for k, b in enumerate(multi):
                         if _leaves(b):
                             break
                         for n in _plain_names(b):
                             killers.setdefault(n, []).append((b.lineno, path))
+                        if isinstance(b, ast.If) and not b.orelse:
+                            for n, at, _ in _unboxed(b, multi[max(0, k - 4):k]):
+                                killers.setdefault(n, []).append((at, path))
+            if isinstance(st, ast.If) and not st.orelse and _launched_test(st.test):
+                # `if RANK != -1: ...; if RANK != 0: stop = box[0]`: without a launcher there
+                # is one process, so the share inside counts after this `if`
+                for k, b in enumerate(st.body):
+                    if _leaves(b):
+                        break
+                    if isinstance(b, ast.If) and not b.orelse:
+                        for n, at, _ in _unboxed(b, st.body[max(0, k - 4):k]):
+                            killers.setdefault(n, []).append((at, path))
+            if isinstance(st, ast.If) and not st.orelse:
+                for n, at, _ in _unboxed(st, stmts[max(0, i - 4):i]):
+                    # `if rank != 0: stop = box[0]` after the root's `stop` was broadcast in
+                    # `box`: after the `if` every rank holds the root's value, as if it stood here
+                    killers.setdefault(n, []).append((at, path))
             if isinstance(st, ast.While) and _runs_once(stmts[i - 1] if i else None, st.test):
                 # its body runs at least once: a plain assignment at its top level, before any
                 # break or continue, runs before every read after the loop, as if it stood here
@@ -1820,6 +1845,69 @@ def _truthy_test(test, name):
         op, v = type(test.ops[0]), test.comparators[0].value
         return (op is ast.Gt and v == 0) or (op is ast.GtE and v == 1) or (op is ast.Eq and v == 1) or \
             (op is ast.NotEq and v == 0)
+    return False
+
+
+#: collectives that hand the root's object to every rank in their first argument
+_BOXING = {"broadcast_object_list", "broadcast", "bcast", "Bcast"}
+
+
+def _unboxed(st, before):
+    """``[(name, line, statement)]`` for each plain ``name = box[k]`` at the top of ``if`` statement
+    ``st``'s body (no ``else``) when its test leaves the root out (``rank != 0``, ``rank >
+    0``, ``not is_main_process``), one of the statements ``before`` it in the block hands
+    ``box`` to a broadcast (:data:`_BOXING`) and an earlier one builds ``box`` from ``name``
+    (``box = [stop if rank == 0 else None]``): YOLOv5's early stop shared from rank 0."""
+    if not _leaves_root_out(st.test):
+        return []
+    sent = None
+    for j, b in enumerate(before):
+        call = b.value if isinstance(b, (ast.Expr, ast.Assign)) else None
+        if isinstance(call, ast.Call) and call.args and isinstance(call.args[0], ast.Name) and \
+                (dotted(call.func) or [""])[-1] in _BOXING:
+            sent = (j, call.args[0].id)
+    if sent is None:
+        return []
+    built = set()
+    for b in before[:sent[0]]:
+        if isinstance(b, ast.Assign) and len(b.targets) == 1 and isinstance(b.targets[0], ast.Name) and \
+                b.targets[0].id == sent[1]:
+            built = {n.id for n in ast.walk(b.value) if isinstance(n, ast.Name)}
+    out = []
+    for b in st.body:
+        if isinstance(b, ast.Assign) and len(b.targets) == 1 and isinstance(b.targets[0], ast.Name) and \
+                isinstance(b.value, ast.Subscript) and isinstance(b.value.value, ast.Name) and \
+                b.value.value.id == sent[1] and b.targets[0].id in built:
+            out.append((b.targets[0].id, b.lineno, b))
+    return out
+
+
+def _launched_test(test):
+    """True for ``rank != -1``, ``rank >= 0`` or ``rank is not None`` (any case, ``LOCAL_RANK``
+    too): true when a launcher started the job distributed, on every rank alike."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
+        return False
+    op, c = test.ops[0], test.comparators[0]
+    if not ((isinstance(op, ast.NotEq) and isinstance(c, ast.UnaryOp) and isinstance(c.op, ast.USub) and
+             isinstance(c.operand, ast.Constant) and c.operand.value == 1) or
+            (isinstance(op, ast.GtE) and isinstance(c, ast.Constant) and c.value == 0) or
+            (isinstance(op, ast.IsNot) and isinstance(c, ast.Constant) and c.value is None)):
+        return False
+    d = dotted(test.left)
+    return bool(d) and (d[-1].lower() in C.RANK_NAMES or d[-1].lower().endswith("_rank"))
+
+
+def _leaves_root_out(test):
+    """True for a test that rank 0 fails: ``rank != 0``, ``rank > 0``, ``not is_main``
+    (a rank named as :data:`~hpc_hangkit.lint.collectives.RANK_NAMES` or an attribute of it,
+    or a main-process test of :func:`~hpc_hangkit.lint.collectives.is_rank_attr`)."""
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.NotEq, ast.Gt)) and \
+            isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value == 0:
+        d = dotted(test.left)
+        return bool(d) and d[-1].lower() in C.RANK_NAMES
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        d = dotted(test.operand.func if isinstance(test.operand, ast.Call) else test.operand)
+        return bool(d) and d[-1] in ("is_main_process", "is_master", "is_global_zero", "is_rank_zero", "is_main")
     return False
 
 

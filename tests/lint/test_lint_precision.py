@@ -4927,3 +4927,73 @@ def test_a_collective_run_through_to_thread_agrees_what_it_is_handed(tmp_path):
     silent(tmp_path, THREADED_DECISION)
     expect(tmp_path, THREADED_DECISION.replace(
         "            await asyncio.to_thread(dist.broadcast_object_list, box, src=0)\n", ""), "HK101")
+
+
+def test_an_attribute_named_after_the_modules_class_is_that_class(tmp_path):
+    # SpeechBrain's shape (recall3 t06): the brain's checkpointer, handed in, saves on rank 0
+    # alone and its save waits in a barrier
+    src = """
+import torch.distributed as dist
+
+
+class Checkpointer:
+    def save(self, path):
+        dist.barrier()
+        return path
+
+    def path(self):
+        return "ckpt"
+
+
+class Brain:
+    def __init__(self, checkpointer):
+        self.checkpointer = checkpointer
+
+    def on_stage_end(self, loss):
+        if dist.get_rank() == 0:  # BRANCH
+            self.checkpointer.save(self.checkpointer.path())  # HERE
+        dist.all_reduce(loss)
+"""
+    expect(tmp_path, src, "HK101")
+    # every rank saves: silent; and an attribute of a known other class is not guessed
+    silent(tmp_path, src.replace("        if dist.get_rank() == 0:  # BRANCH\n    ", ""))
+    silent(tmp_path, src.replace("self.checkpointer = checkpointer", "self.checkpointer = Other()").replace(
+        "class Brain:", "class Other:\n    def save(self, path):\n        return path\n\n    def path(self):\n"
+        "        return 'x'\n\n\nclass Brain:"))
+
+
+EARLY_STOP_SHARED = """
+import os
+
+import torch.distributed as dist
+
+RANK = int(os.getenv("RANK", -1))
+
+
+def train(model, epochs, stopper):
+    stop = False
+    for epoch in range(epochs):
+        model.step()
+        dist.barrier()  # HERE
+        if RANK in [-1, 0]:
+            stop = stopper(epoch)
+        if RANK != -1:
+            broadcast_list = [stop if RANK == 0 else None]
+            dist.broadcast_object_list(broadcast_list, 0)
+            if RANK != 0:
+                stop = broadcast_list[0]
+        if stop:  # BRANCH
+            break
+"""
+
+
+def test_a_flag_the_root_broadcasts_and_the_others_unbox_is_shared(tmp_path):
+    # YOLOv5 PR #8345 (recall8 t03's fix): rank 0's early stop reaches every rank in a box
+    silent(tmp_path, EARLY_STOP_SHARED)
+    silent(tmp_path, EARLY_STOP_SHARED.replace("        if RANK != -1:\n", "        if True:\n").replace(
+        "if True:", "if dist.is_initialized():"))
+    # a box not built from the flag, or unboxed on the root's side, shares nothing
+    for src in (EARLY_STOP_SHARED.replace("[stop if RANK == 0 else None]", "[None]"),
+                EARLY_STOP_SHARED.replace("if RANK != 0:", "if RANK == 0:")):
+        found = lint_tree(tmp_path, {"prog.py": src})
+        assert ("prog.py", "HK102", marks(src, "HERE"), marks(src, "BRANCH")) in found, found
