@@ -65,6 +65,17 @@ def _named_class(mod, ff, name, sites):
             return None
     elif name in ff.params or not all(v.__class__ is ast.Attribute and v.attr == name for _, _, v in sites):
         return None
+    if ff.node is not None and name in ff.params:
+        a = ff.node.args
+        ann = next((x.annotation for x in a.posonlyargs + a.args + a.kwonlyargs if x.arg == name), None)
+        if ann is not None:
+            # `driver: WebDriver`, `loader: DataLoader` (torch's), `trainer: Trainer`: the code
+            # names the class, taken instead of the guess (and, as the guess, handed nothing)
+            d = dotted(ann) if _guessed_class(mod, name) is not None else None
+            ref = _class_ref(mod, ".".join(d)) if d else None
+            if ref is None:
+                return None
+            return ("ncls",) + ref[1:] if ref[0] == "cls" else ("nq",) + ref[1:]
     return _guessed_class(mod, name)
 
 

@@ -774,6 +774,8 @@ def load_module(path, text=None, name=None):
         with open(path, "rb") as f:
             text = decode_source(f.read())
     tree = ast.parse(text, filename=path)
+    if "to_thread" in text or "run_in_executor" in text:
+        _unthread(tree)
     mod = ModuleFacts(path, name or module_name(path), tree, text,
                       is_package=os.path.basename(path) == "__init__.py")
     mod.local, imports, mod.words = scopes(tree)
@@ -791,6 +793,31 @@ def load_module(path, text=None, name=None):
             # `share = share_mpi`: another name of the module's own function, as an import is
             mod.imports[node.targets[0].id] = mod.name + "." + node.value.id
     return mod
+
+
+#: calls that run their function argument (by position: 0, or 1 after the executor) in a
+#: worker thread on the arguments after it, and give back what it returns
+_THREADED = {"to_thread": 0, "run_in_executor": 1}
+
+
+def _unthread(tree):
+    """Rewrite, in place, each ``asyncio.to_thread(f, *args, **kw)`` and
+    ``loop.run_in_executor(executor, f, *args)`` of ``tree`` into the call ``f(*args, **kw)``
+    (its line and column kept): the function runs on this rank, on those arguments, and its
+    result is what the ``await`` gives back (a collective run that way is one, and agrees
+    what it agrees). Only a plain name or attribute chain as ``f``."""
+    for n in ast.walk(tree):
+        if n.__class__ is not ast.Call:
+            continue
+        f = n.func
+        name = f.attr if f.__class__ is ast.Attribute else f.id if f.__class__ is ast.Name else None
+        i = _THREADED.get(name)
+        if i is None or len(n.args) <= i or n.args[i].__class__ not in (ast.Name, ast.Attribute) or \
+                any(a.__class__ is ast.Starred for a in n.args[:i + 1]):
+            continue
+        n.func, n.args = n.args[i], n.args[i + 1:]
+        if i:
+            n.keywords = []  # run_in_executor takes no keywords for the function
 
 
 def abort_hook(tree):

@@ -34,6 +34,8 @@ _EXPR_FIELDS = {}
 _AGREEING_ARG0 = {"all_reduce", "broadcast", "broadcast_object_list", "all_gather", "all_gather_object",
                   "all_gather_into_tensor", "Bcast", "ranks_agree"}
 _AGREEING_ARG1 = {"Allreduce", "Allgather"}
+#: the keywords of the argument those collectives make equal (torch's, mpi4py's)
+_AGREED_KEYWORDS = {"tensor", "object_list", "tensor_list", "output_tensor", "buf", "recvbuf"}
 #: collectives whose return value is the same on every rank: the pickle API of mpi4py and
 #: Horovod (``comm.allgather``, ``hvd.allreduce``, ``comm.bcast``: never ``comm.gather``, which
 #: returns on the root alone), Lightning's and accelerate's ``all_gather`` and
@@ -185,8 +187,6 @@ class Taint:
         #: local name -> the first line that hands it to a gathering collective as the data
         #: (:data:`_GATHERING`), for :meth:`test_level`; None when none does
         self._gathered_at = None
-        #: the calls :meth:`_agree_args` reads inside ``asyncio.to_thread(f, *args)``
-        self._threaded = []
         self._resized = None
         #: name -> (line after which its length is decided, the count's level) for a list
         #: padded to an agreed count (:func:`_padded_lists`), built on the first trip count asked
@@ -387,7 +387,7 @@ class Taint:
                 self._sides[id(st.test)] = (_span(st.body), _span(st.orelse) if st.orelse else None)
                 self._scan_guards(st.body, c)
                 self._scan_guards(st.orelse, c)
-                if not st.orelse and _leaves_root_out(st.test):
+                if _leaves_root_out(st.test) or (st.orelse and _root_only(st.test)):
                     for _, _, b in _unboxed(st, stmts[max(0, i - 4):i]):
                         # the root's value, broadcast: the same on every rank whichever side runs
                         if conds:
@@ -502,15 +502,6 @@ class Taint:
 
     def _agree_args(self, call):
         kind, name = self.call_kind(call)
-        if kind is None and call.args and call.func.__class__ is ast.Attribute and call.func.attr == "to_thread" \
-                and call.args[0].__class__ in (_NAME, _ATTRIBUTE):
-            # `await asyncio.to_thread(dist.broadcast_object_list, box, src=0)`: the collective
-            # runs in a worker thread on what it is handed, as if called here
-            inner = ast.Call(func=call.args[0], args=call.args[1:], keywords=call.keywords)
-            ast.copy_location(inner, call)
-            self._threaded.append(inner)  # kept alive: call kinds are remembered by id
-            self._agree_args(inner)
-            return
         if kind is None and self.project is not None and call.args:
             # a tree wrapper that hands that parameter to an agreeing collective
             callee = self.project.callee(self.mod, self.cls, "<module>", call)
@@ -523,16 +514,21 @@ class Taint:
             return
         if kind != "collective":
             return
-        if name in _GATHERING and call.args:
-            a = call.args[1 if name in _GATHERING_ARG1 and len(call.args) > 1 else 0]
+        if name in _GATHERING:
+            a = call.args[1 if name in _GATHERING_ARG1 and len(call.args) > 1 else 0] if call.args else None
+            if call.keywords and (a is None or (name in _GATHERING_ARG1 and len(call.args) == 1)):
+                # `all_gather_object(object_list=out, obj=groups)`, `comm.allgather(sendobj=xs)`
+                a = next((k.value for k in call.keywords if k.arg in _GATHERED_KEYWORDS), a)
             if a.__class__ is _NAME:
                 if self._gathered_at is None:
                     self._gathered_at = {}
                 if call.lineno < self._gathered_at.get(a.id, call.lineno + 1):
                     self._gathered_at[a.id] = call.lineno
         idx = 0 if name in _AGREEING_ARG0 else 1 if name in _AGREEING_ARG1 else None
-        if idx is not None and len(call.args) > idx:
-            d = dotted(call.args[idx])
+        if idx is not None:
+            a = call.args[idx] if len(call.args) > idx else next(
+                (k.value for k in call.keywords if k.arg in _AGREED_KEYWORDS), None)
+            d = dotted(a) if a is not None else None
             if d and len(d) == 1:
                 self.agreed.add(d[0])
 
@@ -1503,6 +1499,8 @@ def _size_of(e):
 _GATHERING = {"allgather", "gather", "Allgather", "Gather", "Allgatherv", "Gatherv", "all_gather",
               "all_gather_object", "gather_object", "all_gather_into_tensor", "allgather_object"}
 _GATHERING_ARG1 = {"all_gather", "all_gather_object", "all_gather_into_tensor"}
+#: the keywords that name a gathering collective's data argument (torch's, mpi4py's)
+_GATHERED_KEYWORDS = {"obj", "tensor", "input_tensor", "sendobj", "sendbuf"}
 
 
 def _truth_subject(e):
@@ -1773,7 +1771,7 @@ def _dominance(fn, flags=()):
                             break
                         for n in _plain_names(b):
                             killers.setdefault(n, []).append((b.lineno, path))
-                        if isinstance(b, ast.If) and not b.orelse:
+                        if isinstance(b, ast.If):
                             for n, at, _ in _unboxed(b, multi[max(0, k - 4):k]):
                                 killers.setdefault(n, []).append((at, path))
             if isinstance(st, ast.If) and not st.orelse and _launched_test(st.test):
@@ -1782,10 +1780,10 @@ def _dominance(fn, flags=()):
                 for k, b in enumerate(st.body):
                     if _leaves(b):
                         break
-                    if isinstance(b, ast.If) and not b.orelse:
+                    if isinstance(b, ast.If):
                         for n, at, _ in _unboxed(b, st.body[max(0, k - 4):k]):
                             killers.setdefault(n, []).append((at, path))
-            if isinstance(st, ast.If) and not st.orelse:
+            if isinstance(st, ast.If):
                 for n, at, _ in _unboxed(st, stmts[max(0, i - 4):i]):
                     # `if rank != 0: stop = box[0]` after the root's `stop` was broadcast in
                     # `box`: after the `if` every rank holds the root's value, as if it stood here
@@ -1853,32 +1851,57 @@ _BOXING = {"broadcast_object_list", "broadcast", "bcast", "Bcast"}
 
 
 def _unboxed(st, before):
-    """``[(name, line, statement)]`` for each plain ``name = box[k]`` at the top of ``if`` statement
-    ``st``'s body (no ``else``) when its test leaves the root out (``rank != 0``, ``rank >
-    0``, ``not is_main_process``), one of the statements ``before`` it in the block hands
-    ``box`` to a broadcast (:data:`_BOXING`) and an earlier one builds ``box`` from ``name``
-    (``box = [stop if rank == 0 else None]``): YOLOv5's early stop shared from rank 0."""
-    if not _leaves_root_out(st.test):
+    """``[(name, line, statement)]`` for each plain ``name = box[k]`` (or ``a, b = box``) at
+    the top of the side of ``if`` statement ``st`` that rank 0 does not take (``if rank !=
+    0:``, or the ``else`` of ``if rank == 0:``) when one of the statements ``before`` it in the
+    block broadcasts ``box`` from rank 0 (:data:`_BOXING`) and an earlier one builds ``box`` as
+    a list whose element ``k`` holds ``name`` (``box = [stop if rank == 0 else None]``), and
+    the other side assigns no such name: YOLOv5's early stop shared from rank 0."""
+    if _leaves_root_out(st.test):
+        side, other = st.body, st.orelse
+    elif st.orelse and _root_only(st.test):
+        side, other = st.orelse, st.body
+    else:
         return []
     sent = None
     for j, b in enumerate(before):
         call = b.value if isinstance(b, (ast.Expr, ast.Assign)) else None
-        if isinstance(call, ast.Call) and call.args and isinstance(call.args[0], ast.Name) and \
-                (dotted(call.func) or [""])[-1] in _BOXING:
-            sent = (j, call.args[0].id)
+        if not (isinstance(call, ast.Call) and (dotted(call.func) or [""])[-1] in _BOXING):
+            continue
+        kw = {k.arg: k.value for k in call.keywords}
+        box = call.args[0] if call.args else kw.get("object_list", kw.get("obj", kw.get("buf")))
+        src = call.args[1] if len(call.args) > 1 else kw.get("src", kw.get("root"))
+        if isinstance(box, ast.Name) and (src is None or (isinstance(src, ast.Constant) and src.value == 0)):
+            sent = (j, box.id)
     if sent is None:
         return []
-    built = set()
+    elts = None
     for b in before[:sent[0]]:
         if isinstance(b, ast.Assign) and len(b.targets) == 1 and isinstance(b.targets[0], ast.Name) and \
                 b.targets[0].id == sent[1]:
-            built = {n.id for n in ast.walk(b.value) if isinstance(n, ast.Name)}
+            v = b.value.body if isinstance(b.value, ast.IfExp) else b.value
+            elts = v.elts if isinstance(v, (ast.List, ast.Tuple)) else None
+    if not elts:
+        return []
+
+    def holds(k, name):
+        return 0 <= k < len(elts) and any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(elts[k]))
     out = []
-    for b in st.body:
-        if isinstance(b, ast.Assign) and len(b.targets) == 1 and isinstance(b.targets[0], ast.Name) and \
-                isinstance(b.value, ast.Subscript) and isinstance(b.value.value, ast.Name) and \
-                b.value.value.id == sent[1] and b.targets[0].id in built:
-            out.append((b.targets[0].id, b.lineno, b))
+    for b in side:
+        if not (isinstance(b, ast.Assign) and len(b.targets) == 1):
+            continue
+        t, v = b.targets[0], b.value
+        if isinstance(t, ast.Name) and isinstance(v, ast.Subscript) and isinstance(v.value, ast.Name) and \
+                v.value.id == sent[1] and isinstance(v.slice, ast.Constant) and isinstance(v.slice.value, int) and \
+                holds(v.slice.value, t.id):
+            out.append((t.id, b.lineno, b))
+        elif isinstance(t, (ast.Tuple, ast.List)) and isinstance(v, ast.Name) and v.id == sent[1] and \
+                all(isinstance(x, ast.Name) for x in t.elts) and len(t.elts) == len(elts):
+            out.extend((x.id, b.lineno, b) for k, x in enumerate(t.elts) if holds(k, x.id))
+    if out and other:
+        mine = {n for n, _, _ in out}
+        if any(mine & set(_plain_names(b)) for b in other):
+            return []
     return out
 
 
@@ -1898,18 +1921,48 @@ def _launched_test(test):
 
 
 def _leaves_root_out(test):
-    """True for a test that rank 0 fails: ``rank != 0``, ``rank > 0``, ``not is_main``
-    (a rank named as :data:`~hpc_hangkit.lint.collectives.RANK_NAMES` or an attribute of it,
-    or a main-process test of :func:`~hpc_hangkit.lint.collectives.is_rank_attr`)."""
-    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.NotEq, ast.Gt)) and \
-            isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value == 0:
-        d = dotted(test.left)
-        return bool(d) and d[-1].lower() in C.RANK_NAMES
+    """True for a test that rank 0 fails: ``rank != 0``, ``0 != rank``, ``rank > 0``, ``if
+    rank:``, ``not rank == 0``, ``not is_main_process`` (a rank: a name or attribute named as
+    :data:`~hpc_hangkit.lint.collectives.RANK_NAMES`, or a call of
+    :data:`~hpc_hangkit.lint.collectives.RANK_CALLS`, ``dist.get_rank()``)."""
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        d = dotted(test.operand.func if isinstance(test.operand, ast.Call) else test.operand)
-        return bool(d) and d[-1] in ("is_main_process", "is_master", "is_global_zero", "is_rank_zero", "is_main")
+        return _root_only(test.operand)
+    if _rank_expr(test):
+        return True
+    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        left, op, right = test.left, test.ops[0], test.comparators[0]
+        if _zero(right) and _rank_expr(left):
+            return isinstance(op, (ast.NotEq, ast.Gt))
+        if _zero(left) and _rank_expr(right):
+            return isinstance(op, (ast.NotEq, ast.Lt))
     return False
 
+
+def _root_only(test):
+    """True for a test that only rank 0 passes: ``rank == 0``, ``0 == rank``, ``not rank``,
+    ``is_main_process`` (:func:`_leaves_root_out`'s ranks)."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return _rank_expr(test.operand) or _leaves_root_out(test.operand)
+    d = dotted(test.func if isinstance(test, ast.Call) else test)
+    if d and d[-1] in ("is_main_process", "is_master", "is_global_zero", "is_rank_zero", "is_main"):
+        return True
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq):
+        left, right = test.left, test.comparators[0]
+        return (_zero(right) and _rank_expr(left)) or (_zero(left) and _rank_expr(right))
+    return False
+
+
+def _zero(e):
+    return isinstance(e, ast.Constant) and e.value == 0 and not isinstance(e.value, bool)
+
+
+def _rank_expr(e):
+    """True for this process's rank spelled as a name, an attribute or a call."""
+    if isinstance(e, ast.Call):
+        d = dotted(e.func)
+        return bool(d) and d[-1] in C.RANK_CALLS and not e.args
+    d = dotted(e)
+    return bool(d) and d[-1].lower() in C.RANK_NAMES
 
 def _or_merge(loop, before):
     """The flag ``f`` when ``loop`` runs over every rank's copy of it and sets it when any is

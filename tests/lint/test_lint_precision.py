@@ -4997,3 +4997,87 @@ def test_a_flag_the_root_broadcasts_and_the_others_unbox_is_shared(tmp_path):
                 EARLY_STOP_SHARED.replace("if RANK != 0:", "if RANK == 0:")):
         found = lint_tree(tmp_path, {"prog.py": src})
         assert ("prog.py", "HK102", marks(src, "HERE"), marks(src, "BRANCH")) in found, found
+
+
+def test_the_fresh_readers_variants_of_stop_39(tmp_path):
+    # a parameter annotated with another class is not guessed (a false alarm at error before)
+    silent(tmp_path, DRIVER_CLASS + """
+
+class WebDriver:
+    def values(self):
+        return []
+
+
+def report(driver: WebDriver):
+    if MPI.COMM_WORLD.rank != 0:
+        return
+    print(driver.values())
+""")
+    # the gathered value named by keyword
+    expect(tmp_path, """
+import torch.distributed as dist
+
+def sync_groups(groups, world_size):
+    if groups:  # BRANCH
+        dist.barrier()  # HERE
+    out = [None] * world_size
+    dist.all_gather_object(object_list=out, obj=groups)
+    return out
+""", "HK201")
+    # a collective run in a worker thread is one
+    expect(tmp_path, """
+import asyncio
+
+import torch.distributed as dist
+
+async def save_async(model, path):
+    if dist.get_rank() == 0:  # BRANCH
+        await asyncio.to_thread(dist.barrier)  # HERE
+""", "HK101")
+    # the box unboxed under other spellings of "not the root", by keyword, into a tuple
+    for variant in (("if RANK != 0:", "if dist.get_rank() != 0:"), ("if RANK != 0:", "if 0 != RANK:"),
+                    ("dist.broadcast_object_list(broadcast_list, 0)",
+                     "dist.broadcast_object_list(object_list=broadcast_list, src=0)"),
+                    ("            if RANK != 0:\n                stop = broadcast_list[0]\n",
+                     "            if RANK == 0:\n                pass\n            else:\n"
+                     "                stop = broadcast_list[0]\n"),
+                    ("[stop if RANK == 0 else None]\n", "[stop, epoch] if RANK == 0 else [None, None]\n"),
+                    ("                stop = broadcast_list[0]\n", "                stop, epoch = broadcast_list\n")):
+        src = EARLY_STOP_SHARED.replace(*variant)
+        assert src != EARLY_STOP_SHARED, variant
+        if variant[1].startswith("                stop, epoch"):
+            src = src.replace("[stop if RANK == 0 else None]", "[stop, epoch] if RANK == 0 else [None, None]")
+        silent(tmp_path, src)
+    # broadcast from another rank than the one that keeps its own flag: still a hang
+    src = EARLY_STOP_SHARED.replace("[stop if RANK == 0 else None]", "[stop if RANK == 1 else None]").replace(
+        "dist.broadcast_object_list(broadcast_list, 0)", "dist.broadcast_object_list(broadcast_list, 1)")
+    found = lint_tree(tmp_path, {"prog.py": src})
+    assert ("prog.py", "HK102", marks(src, "HERE"), marks(src, "BRANCH")) in found, found
+
+
+def test_an_annotation_names_the_receivers_class(tmp_path):
+    # fairseq's `def train(cfg, trainer: Trainer, ...)`: the annotation, not the guess, types it
+    files = {"pkg/__init__.py": "",
+             "pkg/trainer.py": """
+import torch.distributed as dist
+
+
+class Trainer:
+    def save(self):
+        dist.barrier()
+""",
+             "pkg/train.py": """
+import torch.distributed as dist
+
+from pkg.trainer import Trainer
+
+
+def end(trainer: Trainer):
+    if dist.get_rank() == 0:  # BRANCH
+        trainer.save()  # HERE
+"""}
+    src = files["pkg/train.py"]
+    assert lint_tree(tmp_path, files) == [("pkg/train.py", "HK101", marks(src, "HERE"), marks(src, "BRANCH"))]
+    # annotated with a library's class of the same name: not the tree's
+    files["pkg/train.py"] = src.replace("from pkg.trainer import Trainer", "from lightning import Trainer")
+    assert lint_tree(tmp_path, files) == []
