@@ -51,11 +51,11 @@ def _named_class(mod, ff, name, sites):
     ``driver`` of ``def report(driver): driver.get_design_var_values()`` (or of ``driver =
     prob.driver``) is the module's own class ``Driver``, else ``Driver`` of the tree's module
     ``driver`` (the nearest file driver.py or package driver/) when one is linted
-    (:func:`set_tree_names`). Only a parameter
-    never assigned in the function, or a local assigned only an attribute of its own name;
-    never ``self``/``cls`` or an imported name. The class is the receiver's words capitalized
-    (``data_loader``: ``DataLoader``); when the module has no such class the call stays
-    unresolved, as before. The reference's kind is ``ncls`` (a class of the module) or ``nq``
+    (:func:`set_tree_names`). Only a parameter never assigned in the function, or a local
+    assigned only an attribute of its own name; never ``self``/``cls`` or an imported name. The
+    class is the receiver's words capitalized (``data_loader``: ``DataLoader``); when the module
+    has no such class the call stays unresolved, as before. A parameter annotated with a class
+    (``driver: WebDriver``, ``trainer: Trainer``) is of that class instead. The reference's kind is ``ncls`` (a class of the module) or ``nq``
     (qualified), resolved as ``cls`` and ``q`` are: a call through it is an edge of the call
     graph (what it reaches), but hands nothing on (:data:`_GUESSED`)."""
     if name in ("self", "cls") or name in mod.imports:
