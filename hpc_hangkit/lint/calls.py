@@ -463,7 +463,7 @@ class Project:
         params = set(ff.params)
         rets = []
         handing = []
-        has_return = False
+        has_return = bare = False
         relayed = []
         agreed = set()
         attr_vals = []
@@ -547,7 +547,7 @@ class Project:
                 has_return = True
                 rets.append(n.value)
             elif nt is _RETURN:
-                has_return = True
+                has_return = bare = True
             elif nt is _ASSIGN and tainted and any(
                     isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id in params
                     and t.value.id != "self" for t in n.targets):
@@ -650,6 +650,12 @@ class Project:
         for r in rets:
             if taint is not None:
                 ff.ret_level = max(ff.ret_level, taint.level_at(r, r.lineno))
+        if bare and rets and taint is not None and ff.ret_level < 2 and ff.qualname != "<module>":
+            # `if rank != 0: return` before `return path`: a value on some ranks, None on the
+            # others (algorithmic-efficiency's `get_log_dir`)
+            got = _none_level(node, taint, params, local if local is not None else walk_local(node))
+            if got is not None and got[0] > ff.ret_level:
+                ff.ret_level = got[0]
         if ff.ret_level == 2:
             ff.ret_direct = max(taint.direct_value_level(r) for r in rets)
         if ff.ret_level and ff.qualname != "<module>":

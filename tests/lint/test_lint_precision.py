@@ -5081,3 +5081,29 @@ def end(trainer: Trainer):
     # annotated with a library's class of the same name: not the tree's
     files["pkg/train.py"] = src.replace("from pkg.trainer import Trainer", "from lightning import Trainer")
     assert lint_tree(tmp_path, files) == []
+
+
+def test_a_helper_returning_none_on_all_ranks_but_0_returns_a_rank_dependent_value(tmp_path):
+    # algorithmic-efficiency's `get_log_dir` (recall8 t02): a path on rank 0, None elsewhere
+    src = """
+import os
+
+import torch.distributed as dist
+
+RANK = dist.get_rank()
+
+
+def get_log_dir(base):
+    if RANK != 0:
+        return
+    return os.path.join(base, "logs")
+
+
+def main(base):
+    log_dir = get_log_dir(base)
+    if log_dir is not None:  # BRANCH
+        dist.barrier()  # HERE
+"""
+    expect(tmp_path, src, "HK101")
+    # None on every rank alike (a setting), or None only on a rank-independent test: silent
+    silent(tmp_path, src.replace("if RANK != 0:", "if not base:"))
