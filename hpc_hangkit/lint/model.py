@@ -767,9 +767,10 @@ def decode_source(raw):
 
 
 def load_module(path, text=None, name=None):
-    """Parse ``path`` into a :class:`ModuleFacts` (tree kept). Raises ``SyntaxError``,
-    ``ValueError`` (null bytes; text that is not in the file's encoding, :func:`decode_source`)
-    or ``OSError`` (unreadable); ``text`` skips the read."""
+    """Parse ``path`` into a :class:`ModuleFacts` (tree kept; ``asyncio.to_thread(f, *args)``
+    and ``run_in_executor(ex, f, *args)`` already rewritten into ``f(*args)``, :func:`_unthread`).
+    Raises ``SyntaxError``, ``ValueError`` (null bytes; text that is not in the file's encoding,
+    :func:`decode_source`) or ``OSError`` (unreadable); ``text`` skips the read."""
     if text is None:
         with open(path, "rb") as f:
             text = decode_source(f.read())
