@@ -387,13 +387,12 @@ class Taint:
                 self._sides[id(st.test)] = (_span(st.body), _span(st.orelse) if st.orelse else None)
                 self._scan_guards(st.body, c)
                 self._scan_guards(st.orelse, c)
-                if _leaves_root_out(st.test) or (st.orelse and _root_only(st.test)):
-                    for _, _, b in _unboxed(st, stmts[max(0, i - 4):i]):
-                        # the root's value, broadcast: the same on every rank whichever side runs
-                        if conds:
-                            self.guards[id(b)] = conds
-                        else:
-                            self.guards.pop(id(b), None)
+                for _, _, b in _unboxed(st, stmts[max(0, i - 4):i]):
+                    # the root's value, broadcast: the same on every rank whichever side runs
+                    if conds:
+                        self.guards[id(b)] = conds
+                    else:
+                        self.guards.pop(id(b), None)
             elif isinstance(st, ast.Try) or type(st).__name__ == "TryStar":
                 self._scan_guards(st.body, conds)
                 for h in st.handlers:
@@ -1766,23 +1765,18 @@ def _dominance(fn, flags=()):
                     # a plain assignment at the top of this side runs before every read after
                     # the `if`, as if it stood here (`if ws > 1: x = broadcast(x, src=0)`)
                     multi = st.orelse if side == "body" else st.body
-                    for k, b in enumerate(multi):
+                    for b in multi:
                         if _leaves(b):
                             break
                         for n in _plain_names(b):
                             killers.setdefault(n, []).append((b.lineno, path))
-                        if isinstance(b, ast.If):
-                            for n, at, _ in _unboxed(b, multi[max(0, k - 4):k]):
-                                killers.setdefault(n, []).append((at, path))
+                    for n, at in _block_unboxed(multi):
+                        killers.setdefault(n, []).append((at, path))
             if isinstance(st, ast.If) and not st.orelse and _launched_test(st.test):
                 # `if RANK != -1: ...; if RANK != 0: stop = box[0]`: without a launcher there
                 # is one process, so the share inside counts after this `if`
-                for k, b in enumerate(st.body):
-                    if _leaves(b):
-                        break
-                    if isinstance(b, ast.If):
-                        for n, at, _ in _unboxed(b, st.body[max(0, k - 4):k]):
-                            killers.setdefault(n, []).append((at, path))
+                for n, at in _block_unboxed(st.body):
+                    killers.setdefault(n, []).append((at, path))
             if isinstance(st, ast.If):
                 for n, at, _ in _unboxed(st, stmts[max(0, i - 4):i]):
                     # `if rank != 0: stop = box[0]` after the root's `stop` was broadcast in
@@ -1902,6 +1896,18 @@ def _unboxed(st, before):
         mine = {n for n, _, _ in out}
         if any(mine & set(_plain_names(b)) for b in other):
             return []
+    return out
+
+
+def _block_unboxed(stmts):
+    """``[(name, line)]`` of :func:`_unboxed` for each ``if`` at the top of block ``stmts``,
+    up to its first statement that leaves the loop around it (:func:`_leaves`)."""
+    out = []
+    for k, b in enumerate(stmts):
+        if _leaves(b):
+            break
+        if isinstance(b, ast.If):
+            out.extend((n, at) for n, at, _ in _unboxed(b, stmts[max(0, k - 4):k]))
     return out
 
 
