@@ -1963,12 +1963,14 @@ def _zero(e):
 
 
 def _rank_expr(e):
-    """True for this process's rank spelled as a name, an attribute or a call."""
+    """True for this process's rank spelled as a name, an attribute or a call (a number: not
+    a main-process flag such as ``is_main_process``, which :data:`~hpc_hangkit.lint.collectives.RANK_NAMES`
+    also holds)."""
     if isinstance(e, ast.Call):
         d = dotted(e.func)
         return bool(d) and d[-1] in C.RANK_CALLS and not e.args
     d = dotted(e)
-    return bool(d) and d[-1].lower() in C.RANK_NAMES
+    return bool(d) and d[-1].lower() in C.RANK_NAMES and not d[-1].startswith("is_")
 
 def _or_merge(loop, before):
     """The flag ``f`` when ``loop`` runs over every rank's copy of it and sets it when any is

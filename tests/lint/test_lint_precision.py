@@ -5107,3 +5107,30 @@ def main(base):
     expect(tmp_path, src, "HK101")
     # None on every rank alike (a setting), or None only on a rank-independent test: silent
     silent(tmp_path, src.replace("if RANK != 0:", "if not base:"))
+
+
+def test_a_box_unboxed_under_a_main_process_flag_is_the_roots_side(tmp_path):
+    # review of stop 39: `if accelerator.is_main_process: stop = box[0]` unboxes on the root
+    # alone (the others keep their own flag), unlike `if not accelerator.is_main_process:`
+    src = """
+import torch.distributed as dist
+
+
+def train(model, epochs, stopper, accelerator):
+    stop = False
+    for epoch in range(epochs):
+        model.step()
+        dist.barrier()  # HERE
+        if accelerator.is_main_process:
+            stop = stopper(epoch)
+        box = [stop if accelerator.is_main_process else None]
+        dist.broadcast_object_list(box, 0)
+        if accelerator.is_main_process:
+            stop = box[0]
+        if stop:  # BRANCH
+            break
+"""
+    found = lint_tree(tmp_path, {"prog.py": src})
+    assert ("prog.py", "HK102", marks(src, "HERE"), marks(src, "BRANCH")) in found, found
+    i = src.rindex("if accelerator.is_main_process:")
+    silent(tmp_path, src[:i] + "if not accelerator.is_main_process:" + src[i + len("if accelerator.is_main_process:"):])
