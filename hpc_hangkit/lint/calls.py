@@ -45,6 +45,29 @@ def _method_ref(mod, cls, scope, parts):
     return None
 
 
+def _instance_call(mod, cls, scope, parts):
+    """The call ref of ``Class.__call__`` when dotted call ``parts`` calls an object built from a
+    tree class (``metric = SquadMetric(); metric(x)``; ``self._metric = SquadMetric()``, then
+    ``self._metric(x)``): the class's own ``__call__`` (or a tree base's). An ``nn.Module``'s
+    call runs its ``forward``, which is not followed: measured on the sixty-seven projects, the
+    layers' forwards added 36 findings, all tensor-parallel collectives under batch-shape tests
+    that the group's ranks share (docs/lint-measured.md, stop 40). None for anything else: a
+    class not in the tree, a module wrapper (DDP, FSDP: read by the wrapper rules), a method of
+    the same name."""
+    if len(parts) == 1:
+        ff = mod.funcs.get(scope)
+        typ = ff.var_types.get(parts[0]) if ff is not None else None
+    elif parts[0] == "self" and cls and (cls, parts[1]) not in mod.collective_attrs and \
+            cls + "." + parts[1] not in mod.funcs:
+        typ = mod.attr_types.get((cls, parts[1]))
+    else:
+        return None
+    if typ is None or typ.__class__ is tuple or typ.rsplit(".", 1)[-1] in C.WRAPPER_CLASSES:
+        return None
+    ref = _method_of(_class_ref(mod, typ), "__call__")
+    return ref if ref is not None and not _dead_ref(mod, ref) else None
+
+
 def _named_class(mod, ff, name, sites):
     """The class a receiver of no known type is named after, as a :func:`_class_ref`, or None
     (``self.driver`` of a class, with no class known from its assignments, too: :func:`_method_ref`):
@@ -129,12 +152,15 @@ def _first_arg(mod, ff, call):
     constructors): 1 for a method of an object built from a class (:func:`_method_ref`),
     whose ``self`` the object takes; else 0."""
     f = call.func
+    if f.__class__ is _NAME:
+        return 1 if _instance_call(mod, ff.cls, ff.qualname, (f.id,)) is not None else 0
     if f.__class__ is not ast.Attribute:
         return 0
     if f.value.__class__ is _CALL:
         return 1 if _built_method(mod, f) is not None else 0
     parts = dotted(f)
-    return 1 if parts and _method_ref(mod, ff.cls, ff.qualname, parts) is not None else 0
+    return 1 if parts and (_method_ref(mod, ff.cls, ff.qualname, parts) is not None or (
+        len(parts) == 2 and _instance_call(mod, ff.cls, ff.qualname, parts) is not None)) else 0
 
 
 #: calls that apply their first argument, a function, at once on this rank (``map(f, xs)``,
@@ -184,6 +210,10 @@ def call_ref(mod, cls, scope, call):
                 isinstance(f.value.func, ast.Name) and f.value.func.id == "super":
             return ("super", mod.key, cls, f.attr)
         return _built_method(mod, f)
+    if len(parts) <= 2:
+        ref = _instance_call(mod, cls, scope, parts)
+        if ref is not None:
+            return ref
     if parts[0] == "self" and len(parts) == 2 and cls:
         return ("self", mod.key, cls, parts[1])
     ref = _method_ref(mod, cls, scope, parts)
@@ -465,6 +495,7 @@ class Project:
         handing = []
         has_return = bare = False
         relayed = []
+        singles = None
         agreed = set()
         attr_vals = []
         local = mod.local.get(id(node))
@@ -518,7 +549,7 @@ class Project:
                         ff.calls.append((ref, n.lineno, n.col_offset, None if guessed else call_info(mod, n)))
                         # what a call handed arguments passes on matters only for a tree callee
                         handed_on = bool(n.args or n.keywords) and not guessed
-                        dead = handed_on and (params or tainted) and _dead_ref(mod, ref)
+                        dead = handed_on and _dead_ref(mod, ref)
                         if params and handed_on and not dead:
                             # a parameter handed on as it is: what the callee's parameter holds
                             # comes from this function's callers (:meth:`_pass_through`)
@@ -528,6 +559,10 @@ class Project:
                                         ff.passes = []
                                     ff.passes.append((ref, k, a.id))
                             relayed += _params_handed_on(n, params)
+                        if handed_on and not dead:
+                            got, singles = _ret_args(mod, ff, n, ref, singles, local, params)
+                            if got:
+                                ff.ret_args = ff.ret_args + got
                         if tainted and handed_on:
                             handing.append((n, ref))
                             if not dead:
@@ -1037,6 +1072,7 @@ class Project:
             ff.witness = ff.direct
             ff.via = (ff.direct_line, None) if ff.direct else None
             ff.param_levels = {}
+            ff.param_none = ff.param_from = None
             for ref, line, _col, info in ff.calls:
                 callee = self.resolve(ref)
                 if callee is not None:
@@ -1295,25 +1331,30 @@ class Project:
                     if lv:
                         calls.append((ref, {k: lv}))
             for ref, levels in calls:
-                callee = self.resolve(ref)
-                bound = 0
-                if callee is None and ref[0] in ("q", "local"):
-                    callee = self._constructor(ref)
-                    bound = 1
-                elif callee is not None and ref[0] in ("self", "super"):
-                    bound = 1
-                if callee is None:
-                    continue
                 for k, lv in levels.items():
-                    if isinstance(k, int):
-                        i = k + bound
-                        if i >= len(callee.params):
-                            continue
-                        k = callee.params[i]
-                    elif k not in callee.params:
-                        continue
-                    if lv > callee.param_levels.get(k, 0):
-                        callee.param_levels[k] = lv
+                    self._bind_level(ref, k, lv)
+        # a value None on some ranks (``get_log_dir()``) handed on, and on through the
+        # parameters that hand it on as they are: its None-ness, for a test ``if log_dir is not
+        # None:`` in the callee
+        work = []
+        for ff in self.funcs.values():
+            for ref, k, sref, line in ff.ret_args:
+                src = self.resolve(sref)
+                if src is not None and src.ret_none:
+                    got = self._bind_level(ref, k, src.ret_none, "param_none")
+                    if got is not None:
+                        _note_from(got, (ff.path, line))
+                        work.append(got)
+        while work:
+            ff, p = work.pop()
+            if p in ff.assigned_params:
+                continue
+            for ref, k, mine in ff.passes:
+                if mine == p:
+                    got = self._bind_level(ref, k, ff.param_none[p], "param_none")
+                    if got is not None:
+                        _note_from(got, ff.param_from.get(p) if ff.param_from else None)
+                        work.append(got)
         for ff in self.funcs.values():
             if not ff.attr_params:
                 continue
@@ -1328,6 +1369,36 @@ class Project:
                         lv = max(lv, ff.param_levels.get(p, 0))
                 if lv > mod.attr_levels.get(key, 0):
                     mod.attr_levels[key] = lv
+
+    def _bind_level(self, ref, k, lv, field="param_levels"):
+        """Raise the level of the parameter that argument ``k`` (a position or keyword) of a call
+        to ``ref`` binds to at least ``lv``, in the callee's ``field`` (``param_levels``, or
+        ``param_none``: its None-ness alone): ``(callee, parameter)`` when it rose, else None (no
+        tree callee, no such parameter, or already as high)."""
+        callee = self.resolve(ref)
+        bound = 0
+        if callee is None and ref[0] in ("q", "local"):
+            callee = self._constructor(ref)
+            bound = 1
+        elif callee is not None and ref[0] in ("self", "super"):
+            bound = 1
+        if callee is None:
+            return None
+        if isinstance(k, int):
+            i = k + bound
+            if i >= len(callee.params):
+                return None
+            k = callee.params[i]
+        elif k not in callee.params:
+            return None
+        levels = getattr(callee, field)
+        if levels is None:
+            levels = {}
+            setattr(callee, field, levels)
+        if lv > levels.get(k, 0):
+            levels[k] = lv
+            return callee, k
+        return None
 
     def _pass_through(self):
         """Mark the parameters that can hold data from outside the tree's own making
@@ -1760,6 +1831,57 @@ def _reach_chain(ff, p, w):
             break
         ff, p = nxt, q
     return out
+
+
+def _note_from(bound, at):
+    """Keep ``at`` (``(path, line)``) as where the parameter of ``bound`` (``(callee, parameter)``)
+    got its level (:attr:`~hpc_hangkit.lint.model.FuncFacts.param_from`), unless one is kept."""
+    callee, p = bound
+    if at is None:
+        return
+    if callee.param_from is None:
+        callee.param_from = {}
+    callee.param_from.setdefault(p, at)
+
+
+def _single_calls(nodes, params):
+    """``{local name: call node}`` for each local that ``nodes`` bind exactly once, by a plain
+    assignment of a call (``d = get_log_dir(...)``); parameters left out."""
+    count, calls = {}, {}
+    for n in nodes:
+        if n.__class__ not in _BINDERS:
+            continue
+        for t in _targets(n):
+            for name in ((t.id,) if t.__class__ is _NAME else names_of(t)):
+                count[name] = count.get(name, 0) + 1
+        if n.__class__ is _ASSIGN and len(n.targets) == 1 and n.targets[0].__class__ is _NAME and \
+                n.value.__class__ is _CALL:
+            calls[n.targets[0].id] = n.value
+    return {k: v for k, v in calls.items() if count.get(k) == 1 and k not in params}
+
+
+def _ret_args(mod, ff, call, ref, singles, local, params):
+    """``(entries, singles)``: the :attr:`~hpc_hangkit.lint.model.FuncFacts.ret_args` entries of
+    ``call`` (to ``ref``) in function ``ff``, one per argument that is a tree call or a local
+    assigned only a call (:func:`_single_calls`, ``singles`` when already built, else built here
+    from ``local``, the function's own nodes, or None), as ``(ref, position or keyword, the
+    source call's ref, its line)``; and ``singles`` as it is now."""
+    out = ()
+    for k, a in _call_args(mod, ff, call):
+        if a.__class__ is _CALL:
+            src = a
+        elif a.__class__ is _NAME and a.id not in params:
+            if singles is None:
+                singles = _single_calls(local if local is not None else walk_local(ff.node), params)
+            src = singles.get(a.id)
+            if src is None:
+                continue
+        else:
+            continue
+        sref = call_ref(mod, ff.cls, ff.qualname, src)
+        if sref is not None and sref[0] not in _GUESSED and not _dead_ref(mod, sref):
+            out += ((ref, k, sref, src.lineno),)
+    return out, singles
 
 
 def _params_handed_on(call, params):

@@ -73,7 +73,7 @@ class FuncFacts:
                  "ret_elem_trips", "equal_count", "elem_args", "called", "p2p", "free_calls",
                  "uniform_params", "passes", "open_params", "ret_pad", "ret_fields", "agrees",
                  "ret_direct", "ret_none", "ret_none_params", "rebinds", "keeps_none", "raise_at", "raise_line", "kwarg",
-                 "forwards", "varpos", "ret_type", "made", "wrapped", "param_called", "hands_wrapped", "ret_through", "ret_wrapper", "local_calls", "wrap_reach", "assigned_params", "attr_plain", "hand_reach", "relays")
+                 "forwards", "varpos", "ret_type", "made", "wrapped", "param_called", "hands_wrapped", "ret_through", "ret_wrapper", "local_calls", "wrap_reach", "assigned_params", "attr_plain", "hand_reach", "relays", "ret_args", "param_from", "param_none")
 
     def __init__(self, module, qualname, cls, line, node, path=None):
         self.module = module
@@ -236,6 +236,17 @@ class FuncFacts:
         #: default) binds the callee's parameter too
         #: (:meth:`~hpc_hangkit.lint.calls.Project.specialized`)
         self.relays = ()
+        #: ``((call ref, param index or keyword, source call ref, its line), ...)``: a tree call's result
+        #: handed to a tree call, directly or through a local assigned only that
+        #: (``d = get_log_dir(); run(d)``): after propagation the callee's parameter takes the
+        #: source's None-ness level (:attr:`param_none`)
+        self.ret_args = ()
+        #: None, or parameter -> the level of its None-ness, from a call whose None-ness is
+        #: rank-dependent that a caller hands it (:attr:`ret_args`, after propagation); read only
+        #: by a test ``p is None`` / ``p is not None``
+        self.param_none = None
+        #: None, or parameter -> ``(path, line)`` of that call, for a finding's message
+        self.param_from = None
         #: parameters that can hold data from outside the tree's making (after propagation:
         #: :meth:`~hpc_hangkit.lint.calls.Project._pass_through`; True: all of them, for a
         #: function no tree code calls); None before

@@ -97,9 +97,10 @@ class Finding(NamedTuple):
     hooked: bool = False
     also: tuple = ()
     what: str = ""
-    #: where the deciding test's locals got their rank dependence: ``((line, name, text, how),
-    #: ...)``, ``how`` ``"from"`` (``pg`` from ``pg = env.process_group``) or ``"under"`` (the
-    #: branch a local is set under: ``store`` is set under ``if rank == 0:``)
+    #: where the deciding test's locals got their rank dependence: ``((line, name, text, how,
+    #: path), ...)``, ``how`` ``"from"`` (``pg`` from ``pg = env.process_group``), ``"under"`` (the
+    #: branch a local is set under: ``store`` is set under ``if rank == 0:``) or ``"handed"`` (a
+    #: parameter a caller, at ``path``, binds to a call's value that is None on some ranks)
     origin: tuple = ()
 
     @property
@@ -132,8 +133,8 @@ class Finding(NamedTuple):
         (``"collective"``) when it is reached through helpers, then each other collective or
         helper call the same branch decides (``"also"``, in this file)."""
         out = [{"path": self.path, "line": self.related_line, "text": self.related_text, "role": "branch"}]
-        for line, name, text, _how in self.origin:
-            out.append({"path": self.path, "line": line, "text": text, "role": "origin", "what": name})
+        for line, name, text, _how, path in self.origin:
+            out.append({"path": path, "line": line, "text": text, "role": "origin", "what": name})
         for i, (path, line, text, what, _col) in enumerate(self.chain):
             out.append({"path": path, "line": line, "text": text,
                         "role": "collective" if i == len(self.chain) - 1 else "call", "what": what})
@@ -368,6 +369,11 @@ class _Walker:
             short = callee.qualname.rsplit(".", 1)[-1]
             if callee.witness == short + "()":
                 return callee.witness
+            d = dotted(call.func) if short == "__call__" else None
+            if d and d[-1] != short:
+                # an object called (`self._metric(x)`): its class's `__call__` runs
+                return "%s() (%s, reaches %s)" % (d[-1], ".".join(callee.qualname.rsplit(".", 2)[-2:]),
+                                                  callee.witness)
             return "%s() (reaches %s)" % (short, callee.witness)
         got = self.project.wrap_witness(self.mod, self.ff, call, callee)
         if got is not None:
@@ -566,10 +572,12 @@ class _Walker:
                     self._other_comm_rank(node, line):
                 on_group = True
         chain = self.chain(node) if isinstance(node, ast.Call) else ()
-        origin = tuple((ln, name, self.mod.code_text(ln), how) for ln, name, how in self._origin(line))
+        origin = self._origin(line)
         msg = "%s %s (line %d: `%s`%s%s)" % (what, detail, line, self.mod.code_text(line), "".join(
             "; `%s` %s line %d: `%s`" % (name, "from" if how == "from" else "is set under", ln, text)
-            for ln, name, text, how in origin), note)
+            if how != "handed" else "; `%s` is handed, through the callers, the value of `%s` at %s:%d, None on some ranks" % (
+                name, text, os.path.basename(path), ln)
+            for ln, name, text, how, path in origin), note)
         if chain:
             msg += "; the collective: " + " -> ".join(
                 "%s at %s:%d" % (w, os.path.basename(p), ln) for p, ln, _, w, _ in chain)
@@ -590,7 +598,18 @@ class _Walker:
                 elif isinstance(n, (ast.For, ast.AsyncFor)):
                     self._tests.setdefault(n.lineno, n.iter)
         e = self._tests.get(line)
-        return self.taint.origin(e, line) if e is not None else []
+        if e is None:
+            return ()
+        out = [(ln, name, self.mod.code_text(ln), how, self.mod.path) for ln, name, how in self.taint.origin(e, line)]
+        handed = self.ff.param_from
+        if handed:
+            named = {o[1] for o in out}
+            for n in ast.walk(e):
+                if n.__class__ is ast.Name and n.id in handed and n.id not in named:
+                    named.add(n.id)
+                    path, ln = handed[n.id]
+                    out.append((ln, n.id, code_of(_line_text(self.project, path, ln, self.mod)), "handed", path))
+        return tuple(out)
 
     def _on_subgroup(self, call):
         """True when ``call`` runs on a communicator that an MPI ``Split`` (``Split_type``,

@@ -12,6 +12,7 @@ assigned to it. A name handed to a collective that makes it equal everywhere
 (``all_reduce(flag)``, ``broadcast(t)``, ``x = comm.bcast(x)``) is *agreed*: level 0.
 Stdlib only.
 """
+import bisect
 import ast
 import re
 
@@ -148,6 +149,8 @@ class Taint:
         #: facts' ``uniform_params``
         self.unbound = unbound or (facts.uniform_params if facts is not None else frozenset())
         self.params = dict(facts.param_levels) if facts is not None else {}
+        #: parameter -> level of its None-ness, handed by callers (``FuncFacts.param_none``)
+        self._param_none = (facts.param_none or {}) if facts is not None else {}
         #: names indexed by every rank's number (``for i in range(world_size): xs[i]``), or None
         self._tables = None
         self._assigns = []
@@ -194,6 +197,7 @@ class Taint:
         #: (start line -> block path of the statement, name -> [(line, block path)] of its plain
         #: assignments), built on the first read that asks (:func:`_dominance`)
         self._dom = None
+        self._jump_lines = None
         #: the levels of the locals are final (trip counts can be asked)
         self._env_done = False
         self._run()
@@ -616,6 +620,10 @@ class Taint:
         if t is _COMPARE and len(e.ops) == 1 and isinstance(e.ops[0], (ast.Is, ast.IsNot)) and \
                 isinstance(e.comparators[0], ast.Constant) and e.comparators[0].value is None:
             if isinstance(e.left, ast.Name):
+                if e.left.id in self._param_none and e.left.id not in self.assigned and not self._direct:
+                    # `if log_dir is not None:`, a parameter the callers hand a value None on
+                    # some ranks (`get_log_dir()`)
+                    return max(self._param_none[e.left.id], self.level(e.left))
                 lv = self._set_level(e.left.id)
                 if lv is not None:
                     return lv
@@ -1011,8 +1019,14 @@ class Taint:
         read = paths.get(at)
         if read is None:
             return False
+        own = paths.get(line)
         for k, kpath in killers.get(name, ()):
             d = len(kpath) - 1
+            if own is not None and line < k < at and len(own) > d and kpath[:-1] == own[:d] and \
+                    own[d][0] == kpath[-1][0] and own[d][1] < kpath[-1][1] and not self._jumps(line, k):
+                # later in a block that holds the assignment (`else: if leader: x = a` ... `x =
+                # shared`): every path from it out of that block runs through the killer
+                return True
             if k == line or k >= at or len(read) <= d or kpath[:-1] != read[:d] or \
                     read[d][0] != kpath[-1][0] or kpath[-1][1] >= read[d][1]:
                 continue  # not earlier in a block that holds the read
@@ -1025,6 +1039,14 @@ class Taint:
                 if inner is not None and inner[0] <= k:
                     return True
         return False
+
+    def _jumps(self, a, b):
+        """True when a ``break`` or ``continue`` of the function stands between lines ``a`` and
+        ``b`` (it may leave a block before its later statements run)."""
+        if self._jump_lines is None:
+            self._jump_lines = sorted(n.lineno for n in ast.walk(self.fn) if n.__class__ in (ast.Break, ast.Continue))
+        i = bisect.bisect_right(self._jump_lines, a)
+        return i < len(self._jump_lines) and self._jump_lines[i] < b
 
     def _inner_loop(self, line, at):
         """The (start, end) lines of the innermost loop that holds both lines, or None."""

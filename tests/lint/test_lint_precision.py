@@ -5134,3 +5134,164 @@ def train(model, epochs, stopper, accelerator):
     assert ("prog.py", "HK102", marks(src, "HERE"), marks(src, "BRANCH")) in found, found
     i = src.rindex("if accelerator.is_main_process:")
     silent(tmp_path, src[:i] + "if not accelerator.is_main_process:" + src[i + len("if accelerator.is_main_process:"):])
+
+
+def test_a_value_none_on_some_ranks_handed_through_helpers_is_rank_dependent(tmp_path):
+    # algorithmic-efficiency (recall8 t02): `get_log_dir()` is None on every rank but 0; `main`
+    # hands it through a helper that names no rank to `train_once`, which tests it
+    src = """
+import os
+
+import torch.distributed as dist
+
+RANK = dist.get_rank()
+
+
+def get_log_dir(base):
+    if RANK != 0:
+        return
+    return os.path.join(base, "logs")
+
+
+def save(log_dir):
+    dist.barrier()
+
+
+def train_once(steps, log_dir=None):
+    for _ in range(steps):
+        if log_dir is not None:  # BRANCH
+            save(log_dir)  # HERE
+
+
+def score(steps, log_dir):
+    return train_once(steps, log_dir=log_dir)
+
+
+def main(base):
+    log_dir = get_log_dir(base)
+    score(10, log_dir)
+"""
+    expect(tmp_path, src, "HK101")
+    # handed directly, not through a local: the same
+    expect(tmp_path, src.replace("    log_dir = get_log_dir(base)\n    score(10, log_dir)",
+                                 "    score(10, get_log_dir(base))"), "HK101")
+    # a path on every rank; a helper that assigns the parameter before handing it on; a local
+    # assigned twice: silent
+    silent(tmp_path, src.replace("if RANK != 0:", "if not base:"))
+    silent(tmp_path, src.replace("    return train_once(steps, log_dir=log_dir)",
+                                 "    log_dir = log_dir or '/tmp'\n    return train_once(steps, log_dir=log_dir)"))
+    silent(tmp_path, src.replace("    score(10, log_dir)", "    log_dir = log_dir or base\n    score(10, log_dir)"))
+    # the message says where the parameter's value comes from, in the caller's own file
+    (tmp_path / "two").mkdir()
+    i = src.index("def score(")
+    (tmp_path / "two" / "steps.py").write_text(src[:i])
+    (tmp_path / "two" / "main.py").write_text("from steps import *\n\n\n" + src[i:])
+    found = lint_paths([str(tmp_path / "two")]).findings
+    assert [f.code for f in found] == ["HK101"], found
+    assert "`log_dir` is handed, through the callers, the value of `log_dir = get_log_dir(base)` at main.py:" \
+        in found[0].message, found[0].message
+    origin = [r for r in found[0].related() if r["role"] == "origin"]
+    assert [(os.path.basename(r["path"]), r["what"]) for r in origin] == [("main.py", "log_dir")], origin
+
+
+def test_an_object_of_a_tree_class_called_runs_its_call(tmp_path):
+    # allennlp-models' SquadEmAndF1 (all_reduce in `__call__`), kept in `self._metric` or a local
+    src = """
+import torch.distributed as dist
+import torch.nn as nn
+
+
+class Metric:
+    def __call__(self, x):
+        dist.all_reduce(x)
+
+
+class RowParallel(nn.Module):
+    def forward(self, x):
+        dist.all_reduce(x)
+        return x
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = RowParallel()
+        self._metric = Metric()
+
+    def forward(self, xs):
+        if dist.get_rank() == 0:
+            xs = self.proj(xs)
+        return xs
+
+    def score(self, xs):
+        if dist.get_rank() == 0:  # BRANCH
+            self._metric(xs)  # HERE
+
+
+def run(xs):
+    metric = Metric()
+    if dist.get_rank() == 0:  # BRANCH2
+        metric(xs)  # HERE2
+"""
+    found = lint_tree(tmp_path, {"prog.py": src})
+    # an nn.Module's forward run by its call is not followed (docs/lint.md, "What it cannot see")
+    assert sorted(found) == sorted([("prog.py", "HK101", marks(src, "HERE"), marks(src, "BRANCH")),
+                                    ("prog.py", "HK101", marks(src, "HERE2"), marks(src, "BRANCH2"))]), found
+    msgs = [f.message for f in lint_paths([str(tmp_path / "prog.py")]).findings]
+    assert any(m.startswith("_metric() (Metric.__call__, reaches all_reduce)") for m in msgs), msgs
+    # the same calls on every rank; a `__call__` that reaches no collective; a class from
+    # outside the tree: silent
+    silent(tmp_path, src.replace("if dist.get_rank() == 0:", "if xs is not None:"))
+    silent(tmp_path, src.replace("        dist.all_reduce(x)\n", "        x.mul_(2)\n"))
+    i = src.index("class Block")
+    silent(tmp_path, "import torch.distributed as dist\nimport torch.nn as nn\nfrom layers import Metric, RowParallel\n\n\n"
+           + src[i:])
+
+
+def test_a_later_assignment_in_a_block_that_holds_the_rank_branch_replaces_its_value(tmp_path):
+    # verl's trtllm rollout (row 1083): the leader's value is broadcast and every rank assigns
+    # the shared one later in the same `else` block, before the loop reads it
+    src = """
+import torch
+import torch.distributed as dist
+
+
+def load(self, weights, is_vlm, group):
+    if not is_vlm:
+        partial = True
+    else:
+        box = torch.zeros(1)
+        if dist.get_rank() == 0:  # BRANCH
+            partial = self.query()
+            box[0] = int(partial)
+        dist.broadcast(box, src=0, group=group)
+        partial = bool(box.item())
+    for w in weights:
+        if partial:  # TEST
+            dist.barrier()  # HERE
+"""
+    silent(tmp_path, src)
+    # the shared value assigned only on some paths out of the block: the leader's still reaches
+    flagged = src.replace("        partial = bool(box.item())", "        if group is not None:\n"
+                                                              "            partial = bool(box.item())")
+    found = lint_tree(tmp_path, {"prog.py": flagged})
+    assert [(f[1], f[3]) for f in found] == [("HK101", marks(flagged, "TEST"))], found
+    # a `break` between the two may leave the loop without the shared value
+    looped = """
+import torch.distributed as dist
+
+
+def load(self, steps, weights):
+    partial = False
+    for step in range(steps):
+        if dist.get_rank() == 0:  # BRANCH
+            partial = self.query()
+            if partial:
+                break
+        partial = self.shared(step)
+    for w in weights:
+        if partial:  # TEST
+            dist.barrier()  # HERE
+"""
+    found = lint_tree(tmp_path, {"prog.py": looped})
+    assert [(f[1], f[3]) for f in found] == [("HK101", marks(looped, "TEST"))], found
