@@ -496,6 +496,7 @@ class Project:
         has_return = bare = False
         relayed = []
         singles = None
+        handed_calls = []
         agreed = set()
         attr_vals = []
         local = mod.local.get(id(node))
@@ -560,9 +561,10 @@ class Project:
                                     ff.passes.append((ref, k, a.id))
                             relayed += _params_handed_on(n, params)
                         if handed_on and not dead:
-                            got, singles = _ret_args(mod, ff, n, ref, singles, local, params)
+                            got, singles = _ret_args(mod, ff, n, singles, local, params)
                             if got:
-                                ff.ret_args = ff.ret_args + got
+                                at = len(ff.calls) - 1
+                                handed_calls += [(at, k, src) for k, src in got]
                         if tainted and handed_on:
                             handing.append((n, ref))
                             if not dead:
@@ -763,6 +765,8 @@ class Project:
         if ff.marked and ff.direct is None:
             ff.direct = ff.qualname.rsplit(".", 1)[-1] + "()"
             ff.direct_line = ff.line
+        if handed_calls:
+            ff.ret_args = _encode_handed(mod, ff, handed_calls)
 
     def _hands_wrapped(self, mod, ff, call, ref):
         """Note in ``ff.hands_wrapped`` each argument of ``call`` (to ``ref``) that holds a
@@ -1338,12 +1342,14 @@ class Project:
         # None:`` in the callee
         work = []
         for ff in self.funcs.values():
-            for ref, k, sref, line in ff.ret_args:
-                src = self.resolve(sref)
+            handed = ff.ret_args
+            for x in range(0, len(handed), 3):
+                i, k, j = handed[x:x + 3]
+                src = self.resolve(ff.calls[j][0])
                 if src is not None and src.ret_none:
-                    got = self._bind_level(ref, k, src.ret_none, "param_none")
+                    got = self._bind_level(ff.calls[i][0], k, src.ret_none, "param_none")
                     if got is not None:
-                        _note_from(got, (ff.path, line))
+                        _note_from(got, (ff.path, ff.calls[j][1]))
                         work.append(got)
         while work:
             ff, p = work.pop()
@@ -1860,28 +1866,43 @@ def _single_calls(nodes, params):
     return {k: v for k, v in calls.items() if count.get(k) == 1 and k not in params}
 
 
-def _ret_args(mod, ff, call, ref, singles, local, params):
-    """``(entries, singles)``: the :attr:`~hpc_hangkit.lint.model.FuncFacts.ret_args` entries of
-    ``call`` (to ``ref``) in function ``ff``, one per argument that is a tree call or a local
-    assigned only a call (:func:`_single_calls`, ``singles`` when already built, else built here
-    from ``local``, the function's own nodes, or None), as ``(ref, position or keyword, the
-    source call's ref, its line)``; and ``singles`` as it is now."""
-    out = ()
+def _ret_args(mod, ff, call, singles, local, params):
+    """``(handed, singles)``: ``[(position or keyword, source call node)]`` for each argument of
+    ``call`` in function ``ff`` that is a call, or a local assigned only a call
+    (:func:`_single_calls`: ``singles`` when already built, else built here from ``local``, the
+    function's own nodes, or None); and ``singles`` as it is now."""
+    out = []
     for k, a in _call_args(mod, ff, call):
         if a.__class__ is _CALL:
-            src = a
+            out.append((k, a))
         elif a.__class__ is _NAME and a.id not in params:
             if singles is None:
                 singles = _single_calls(local if local is not None else walk_local(ff.node), params)
             src = singles.get(a.id)
-            if src is None:
-                continue
-        else:
-            continue
-        sref = call_ref(mod, ff.cls, ff.qualname, src)
-        if sref is not None and sref[0] not in _GUESSED and not _dead_ref(mod, sref):
-            out += ((ref, k, sref, src.lineno),)
+            if src is not None:
+                out.append((k, src))
     return out, singles
+
+
+def _encode_handed(mod, ff, handed):
+    """:attr:`~hpc_hangkit.lint.model.FuncFacts.ret_args` of ``ff`` from ``[(index in ff.calls
+    of the call, position or keyword, source call node)]``: a flat tuple ``(call index, key,
+    source index, ...)`` whose sources are tree calls of ``ff.calls`` (not guessed, not dead).
+    Indices into the calls the facts already hold, so an entry costs three references (the
+    indices are mostly small, shared ints)."""
+    at = {}
+    for i, c in enumerate(ff.calls):
+        if c[3] is not _APPLIED:
+            at.setdefault((c[1], c[2]), i)
+    out = []
+    for i, k, src in handed:
+        j = at.get((src.lineno, src.col_offset))
+        if j is None:
+            continue
+        sref = ff.calls[j][0]
+        if sref[0] not in _GUESSED and not _dead_ref(mod, sref):
+            out += (i, k, j)
+    return tuple(out)
 
 
 def _params_handed_on(call, params):

@@ -236,8 +236,9 @@ class FuncFacts:
         #: default) binds the callee's parameter too
         #: (:meth:`~hpc_hangkit.lint.calls.Project.specialized`)
         self.relays = ()
-        #: ``((call ref, param index or keyword, source call ref, its line), ...)``: a tree call's result
-        #: handed to a tree call, directly or through a local assigned only that
+        #: ``(call, param index or keyword, source call, ...)``, flat, the calls as indices into
+        #: :attr:`calls`: a tree call's result handed to a tree call, directly or through a local
+        #: assigned only that
         #: (``d = get_log_dir(); run(d)``): after propagation the callee's parameter takes the
         #: source's None-ness level (:attr:`param_none`)
         self.ret_args = ()
