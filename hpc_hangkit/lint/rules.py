@@ -605,10 +605,13 @@ class _Walker:
         if handed:
             named = {o[1] for o in out}
             for n in ast.walk(e):
-                if n.__class__ is ast.Name and n.id in handed and n.id not in named:
-                    named.add(n.id)
-                    path, ln = handed[n.id]
-                    out.append((ln, n.id, code_of(_line_text(self.project, path, ln, self.mod)), "handed", path))
+                # only a None test reads what was handed (`Taint._param_none`)
+                if n.__class__ is ast.Compare and len(n.ops) == 1 and n.ops[0].__class__ in (ast.Is, ast.IsNot) \
+                        and n.left.__class__ is ast.Name and n.left.id in handed and n.left.id not in named \
+                        and n.comparators[0].__class__ is ast.Constant and n.comparators[0].value is None:
+                    named.add(n.left.id)
+                    path, ln = handed[n.left.id]
+                    out.append((ln, n.left.id, code_of(_line_text(self.project, path, ln, self.mod)), "handed", path))
         return tuple(out)
 
     def _on_subgroup(self, call):

@@ -12,8 +12,8 @@ assigned to it. A name handed to a collective that makes it equal everywhere
 (``all_reduce(flag)``, ``broadcast(t)``, ``x = comm.bcast(x)``) is *agreed*: level 0.
 Stdlib only.
 """
-import bisect
 import ast
+import bisect
 import re
 
 from hpc_hangkit.lint import collectives as C
