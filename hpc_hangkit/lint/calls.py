@@ -56,7 +56,7 @@ def _instance_call(mod, cls, scope, parts):
     the same name."""
     if len(parts) == 1:
         ff = mod.funcs.get(scope)
-        typ = ff.var_types.get(parts[0]) if ff is not None else None
+        typ = ff.var_types.get(parts[0] + "()") if ff is not None else None
     elif parts[0] == "self" and cls and (cls, parts[1]) not in mod.collective_attrs and \
             cls + "." + parts[1] not in mod.funcs:
         typ = mod.attr_types.get((cls, parts[1]))
@@ -380,6 +380,9 @@ class Project:
         called = set()
         joined = set()
         plain = {}
+        # the classes each local is built from, and the locals bound some other way
+        built = {}
+        other = set()
         words = mod.words.get(id(ff.node))
         wrapping = words is None or not words.isdisjoint(_WRAP_WORDS)
         for n in (local if local is not None else walk_local(ff.node)):
@@ -415,6 +418,9 @@ class Project:
                 plain.setdefault(n.target.id, []).append((n.lineno, _wrapper_in(n.value) if wrapping else None,
                                                           n.value))
                 continue
+            if n.__class__ in _BINDERS and not (n.__class__ is _ASSIGN and len(n.targets) == 1 and
+                                                n.targets[0].__class__ is _NAME and n.value.__class__ is _CALL):
+                other |= _rebound((n,))
             if not isinstance(n, ast.Assign) or len(n.targets) != 1:
                 continue
             t = n.targets[0]
@@ -441,8 +447,15 @@ class Project:
                 continue
             if isinstance(t, ast.Name):
                 ff.var_types[t.id] = d
+                built.setdefault(t.id, set()).add(d)
             elif attr is not None and "." not in attr:
                 mod.attr_types.setdefault((ff.cls, attr), d)
+        for name in called:
+            # `metric = Metric()`, then `metric(x)`: its `__call__` (:func:`_instance_call`),
+            # when every binding of the local builds that one class
+            kinds = built.get(name)
+            if kinds is not None and len(kinds) == 1 and name not in other and len(plain.get(name, ())) == 1:
+                ff.var_types[name + "()"] = ff.var_types[name]
         for name in receivers:
             if name not in ff.var_types:
                 typ = _named_class(mod, ff, name, plain.get(name))
@@ -583,6 +596,8 @@ class Project:
             elif nt is _RETURN and n.value is not None:
                 has_return = True
                 rets.append(n.value)
+                if n.value.__class__ is ast.Constant and n.value.value is None:
+                    bare = True  # `return None`, as a bare `return`
             elif nt is _RETURN:
                 has_return = bare = True
             elif nt is _ASSIGN and tainted and any(
@@ -687,7 +702,10 @@ class Project:
         for r in rets:
             if taint is not None:
                 ff.ret_level = max(ff.ret_level, taint.level_at(r, r.lineno))
-        if bare and rets and taint is not None and ff.ret_level < 2 and ff.qualname != "<module>":
+        if rets and not bare and taint is not None and ff.qualname != "<module>" and _falls_off(node.body):
+            bare = True  # `if RANK == 0: return path`, then the end: None on the others
+        if bare and taint is not None and ff.ret_level < 2 and ff.qualname != "<module>" and any(
+                not (r.__class__ is ast.Constant and r.value is None) for r in rets):
             # `if rank != 0: return` before `return path`: a value on some ranks, None on the
             # others (algorithmic-efficiency's `get_log_dir`)
             got = _none_level(node, taint, params, local if local is not None else walk_local(node))
@@ -1837,6 +1855,24 @@ def _reach_chain(ff, p, w):
             break
         ff, p = nxt, q
     return out
+
+
+def _falls_off(body):
+    """True when statement list ``body`` can end without a ``return`` or ``raise`` (a function
+    whose body does gives back None there): its last statement is neither, nor an ``if`` whose
+    both sides cannot, nor a ``with`` whose body cannot."""
+    if not body:
+        return True
+    last = body[-1]
+    if last.__class__ in (ast.Return, ast.Raise):
+        return False
+    if last.__class__ is ast.If:
+        return _falls_off(last.body) or _falls_off(last.orelse)
+    if last.__class__ in (ast.With, ast.AsyncWith):
+        return _falls_off(last.body)
+    if last.__class__ is ast.While and last.test.__class__ is ast.Constant and last.test.value is True:
+        return any(x.__class__ is ast.Break for x in ast.walk(last))
+    return True
 
 
 def _note_from(bound, at):

@@ -1025,7 +1025,8 @@ class Taint:
             if own is not None and line < k < at and len(own) > d and kpath[:-1] == own[:d] and \
                     own[d][0] == kpath[-1][0] and own[d][1] < kpath[-1][1] and not self._jumps(line, k):
                 # later in a block that holds the assignment (`else: if leader: x = a` ... `x =
-                # shared`): every path from it out of that block runs through the killer
+                # shared`): every path from it out of that block runs through the killer, but
+                # an exception between them, caught by a `try` around both, skips it
                 return True
             if k == line or k >= at or len(read) <= d or kpath[:-1] != read[:d] or \
                     read[d][0] != kpath[-1][0] or kpath[-1][1] >= read[d][1]:
@@ -1042,11 +1043,20 @@ class Taint:
 
     def _jumps(self, a, b):
         """True when a ``break`` or ``continue`` of the function stands between lines ``a`` and
-        ``b`` (it may leave a block before its later statements run)."""
+        ``b`` (it may leave a block before its later statements run), or a ``try`` body holds
+        both (an exception between them leaves for a handler)."""
         if self._jump_lines is None:
-            self._jump_lines = sorted(n.lineno for n in ast.walk(self.fn) if n.__class__ in (ast.Break, ast.Continue))
-        i = bisect.bisect_right(self._jump_lines, a)
-        return i < len(self._jump_lines) and self._jump_lines[i] < b
+            jumps, tries = [], []
+            for n in ast.walk(self.fn):
+                if n.__class__ in (ast.Break, ast.Continue):
+                    jumps.append(n.lineno)
+                elif isinstance(n, ast.Try) or type(n).__name__ == "TryStar":
+                    if n.handlers:
+                        tries.append((n.body[0].lineno, n.body[-1].end_lineno))
+            self._jump_lines = (sorted(jumps), tries)
+        jumps, tries = self._jump_lines
+        i = bisect.bisect_right(jumps, a)
+        return (i < len(jumps) and jumps[i] < b) or any(s <= a and b <= e for s, e in tries)
 
     def _inner_loop(self, line, at):
         """The (start, end) lines of the innermost loop that holds both lines, or None."""

@@ -5295,3 +5295,75 @@ def load(self, steps, weights):
 """
     found = lint_tree(tmp_path, {"prog.py": looped})
     assert [(f[1], f[3]) for f in found] == [("HK101", marks(looped, "TEST"))], found
+
+
+def test_the_fresh_readers_variants_of_stop_40(tmp_path):
+    # a helper written `return None`, or `if RANK == 0: return path` falling off its end: None on
+    # the other ranks, as a bare `return`; one returning a path on every rank: silent
+    helper = """
+import os
+
+import torch.distributed as dist
+
+RANK = int(os.environ.get("RANK", 0))
+
+
+def save_path(base):
+    if RANK != 0:
+        return None
+    return base + "/ckpt"
+
+
+def run(p):
+    if p is not None:  # BRANCH
+        dist.barrier()  # HERE
+
+
+def main(base):
+    run(save_path(base))
+"""
+    expect(tmp_path, helper, "HK101")
+    expect(tmp_path, helper.replace("    if RANK != 0:\n        return None\n    return base + \"/ckpt\"",
+                                    "    if RANK == 0:\n        return base + \"/ckpt\""), "HK101")
+    silent(tmp_path, helper.replace("        return None\n", "        return base + \"/other\"\n"))
+    # a later assignment in the block, but an exception between them is caught around both: the
+    # rank branch's value still reaches the read
+    caught = """
+import torch.distributed as dist
+
+
+def run(path):
+    partial = False
+    try:
+        if dist.get_rank() == 0:
+            partial = True
+        data = open(path).read()
+        partial = False
+    except OSError:
+        pass
+    if partial:  # BRANCH
+        dist.barrier()  # HERE
+"""
+    expect(tmp_path, caught, "HK101")
+    # a called local that is later bound to something else is no longer the class's object
+    rebound = """
+import torch.distributed as dist
+
+
+class Metric:
+    def __call__(self, x):
+        dist.all_reduce(x)
+
+
+def plain_fn(x):
+    return x
+
+
+def evaluate(x):
+    metric = Metric()
+    metric(x)
+    metric = plain_fn
+    if dist.get_rank() == 0:
+        metric(x)
+"""
+    silent(tmp_path, rebound)
