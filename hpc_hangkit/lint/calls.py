@@ -234,6 +234,8 @@ def call_ref(mod, cls, scope, call):
 
 
 _NAME, _CALL, _RETURN, _ASSIGN = ast.Name, ast.Call, ast.Return, ast.Assign
+#: the FuncFacts lists that :meth:`Project._facts` appends to, left as ``()`` when empty
+_APPENDED = ("calls", "ret_calls", "arg_calls", "directs")
 #: the kinds of a call reference whose class was guessed from the receiver's name
 #: (:func:`_named_class`): which method runs is a guess, so what it is handed is not bound
 _GUESSED = ("ncls", "nq")
@@ -785,6 +787,11 @@ class Project:
             ff.direct_line = ff.line
         if handed_calls:
             ff.ret_args = _encode_handed(mod, ff, handed_calls)
+        # an empty list costs 56 bytes and a fresh one on each unpickling, the empty tuple
+        # nothing (most functions call no collective and hand no rank level on)
+        for name in _APPENDED:
+            if not getattr(ff, name):
+                setattr(ff, name, ())
 
     def _hands_wrapped(self, mod, ff, call, ref):
         """Note in ``ff.hands_wrapped`` each argument of ``call`` (to ``ref``) that holds a
