@@ -107,7 +107,9 @@ class FuncFacts:
         self.attr_params = {}
         #: it raises outside any ``try`` of its own (a caller's rank branch that calls it may raise)
         self.raises = False
-        #: local name -> dotted name of the tree class it is built from (``ckpt = Checkpointer(d)``)
+        #: local name -> dotted name of the tree class it is built from (``ckpt = Checkpointer(d)``);
+        #: ``name + "()"`` -> the same, for a local called as a function that every binding
+        #: builds from that class (``metric = Metric(); metric(x)``: its ``__call__``)
         self.var_types = {}
         #: None, or local name -> the call ref of the tree function whose return it holds
         #: (``proxy = make_proxy()``): its methods' calls are followed when that function's
