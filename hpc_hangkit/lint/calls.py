@@ -382,8 +382,7 @@ class Project:
         called = set()
         joined = set()
         plain = {}
-        # the classes each local is built from, and the locals bound some other way
-        built = {}
+        # the locals bound other than by `x = call(...)`
         other = set()
         words = mod.words.get(id(ff.node))
         wrapping = words is None or not words.isdisjoint(_WRAP_WORDS)
@@ -449,14 +448,12 @@ class Project:
                 continue
             if isinstance(t, ast.Name):
                 ff.var_types[t.id] = d
-                built.setdefault(t.id, set()).add(d)
             elif attr is not None and "." not in attr:
                 mod.attr_types.setdefault((ff.cls, attr), d)
         for name in called:
             # `metric = Metric()`, then `metric(x)`: its `__call__` (:func:`_instance_call`),
-            # when every binding of the local builds that one class
-            kinds = built.get(name)
-            if kinds is not None and len(kinds) == 1 and name not in other and len(plain.get(name, ())) == 1:
+            # when that one assignment is the local's only binding
+            if name in ff.var_types and len(plain.get(name, ())) == 1 and name not in other:
                 ff.var_types[name + "()"] = ff.var_types[name]
         for name in receivers:
             if name not in ff.var_types:

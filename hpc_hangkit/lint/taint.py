@@ -617,8 +617,7 @@ class Taint:
             return 0
         if t is _COMPARE and mode_test(e):
             return 0
-        if t is _COMPARE and len(e.ops) == 1 and isinstance(e.ops[0], (ast.Is, ast.IsNot)) and \
-                isinstance(e.comparators[0], ast.Constant) and e.comparators[0].value is None:
+        if t is _COMPARE and none_test(e):
             if isinstance(e.left, ast.Name):
                 if e.left.id in self._param_none and e.left.id not in self.assigned and not self._direct:
                     # `if log_dir is not None:`, a parameter the callers hand a value None on
@@ -2686,6 +2685,12 @@ def mentions_membership(e):
     return False
 
 
+def none_test(n):
+    """True when comparison ``n`` is ``x is None`` or ``x is not None``."""
+    return len(n.ops) == 1 and n.ops[0].__class__ in (ast.Is, ast.IsNot) and \
+        n.comparators[0].__class__ is ast.Constant and n.comparators[0].value is None
+
+
 def mode_test(n):
     """True when comparison ``n`` asks which mode the job runs in, the same on every rank, not
     which rank this is: ``rank is None`` (the caller chose no rank), ``LOCAL_RANK == -1`` or
@@ -2695,7 +2700,7 @@ def mode_test(n):
     if n.__class__ is not _COMPARE or len(n.comparators) != 1:
         return False
     c, op = n.comparators[0], n.ops[0]
-    if isinstance(op, (ast.Is, ast.IsNot)) and isinstance(c, ast.Constant) and c.value is None:
+    if none_test(n):
         d = dotted(n.left)
         if d and (d[-1] in C.RANK_NAMES or d[-1].endswith("_rank")):
             return True  # `rank is None`: which mode the caller chose, the same on every rank
