@@ -337,7 +337,7 @@ class SlurmStackSource:
         self.poll_interval_s = poll_interval_s
         self._slow_probe_logged = False
         self._last_probe = None
-        self._last_answer = None  # when the probe of the latest answer started (monotonic s)
+        self._last_answer = None  # when the probe of the latest answer ended (monotonic s)
         self._local_seen = False
         self._last_stats: Dict[str, object] = {}
         self._answered_once: set = set()  # short names of the nodes that answered at some probe
@@ -504,17 +504,19 @@ class SlurmStackSource:
         if got.files or got.nodes:
             # an answer after a long gap (no probe while this node moved): what changed on the
             # other nodes since the previous answer happened at some time in that gap; a node's
-            # first answer is a baseline too (its ranks are new to the view, not new processes)
+            # first answer is a baseline too (its ranks are new to the view, not new processes).
+            # The gap runs from the previous probe's end to this one's start: how long a probe
+            # takes is time watched, so a slow one does not turn the next prompt answer into one
             started = got.started
-            if first or self._last_answer is None or started - self._last_answer > self._fresh_s(took):
-                age = self.background.clock() - started
-                self.inner.absorb_remote(age_s=age)
-            self._last_answer = started
+            if first or self._last_answer is None or started - self._last_answer > self.fresh_gap_s():
+                self.inner.absorb_remote(age_s=now - started)
+            self._last_answer = started + took if got.finished and took is not None else now
 
-    def _fresh_s(self, took: Optional[float]) -> float:
-        """Seconds between two probe answers within which the second one's changes count as
-        progress: two polls or two probes, whichever is longer."""
-        return 2.0 * max(self.poll_interval_s or 1.0, took or 0.0)
+    def fresh_gap_s(self) -> float:
+        """Seconds from the end of one probe to the start of the next within which the next
+        answer's changes count as progress: two poll intervals (a prompt monitor starts the next
+        probe at most one poll after an answer arrives)."""
+        return 2.0 * (self.poll_interval_s or 1.0)
 
     def poll(self, now: float):
         local = rank_files(self.scratch, since=self.view.sizes)

@@ -59,35 +59,60 @@ def test_probe_samples_quiet_ranks_and_leaves_moving_ones_alone(spawn, tmp_path)
 def test_an_answer_after_a_long_gap_is_a_baseline_not_progress(spawn, tmp_path):
     """A probe runs only on suspicion, so an answer can come long after the previous one: what
     the other node's ranks did in that gap (here rank 1 checks in all the time) is not progress
-    "since the previous poll". Answers that follow each other count again."""
-    import time
+    "since the previous poll". Answers that follow each other count again, however long the
+    previous probe took (a probe's own time is time watched).
+
+    The monitor's clock is the test's (the gaps are exact, whatever the load); before each
+    answer whose progress is asserted the test waits, in real time, for rank 1 to check in
+    after the previous probe read its heartbeat."""
     remote, _, _ = start_two_ranks(spawn, tmp_path, 0.5)
-    probe = inprocess_probe(remote)
+    hb = os.path.join(remote, layout.HEARTBEAT_DIR)
+    clock = [1000.0]
+    probe_s = [0.0]  # how long (test clock) the next probe takes
+    read = inprocess_probe(remote)
+
+    def probe(nodes):
+        clock[0] += probe_s[0]
+        return read(nodes)
 
     local = tmp_path / "local"
     local.mkdir()
     poll_s = 0.5
     src = slurm_sources.SlurmStackSource(str(local), slurm_probe.View(str(tmp_path / "view")), ["hk2"], probe=probe,
                                          idle_probe_s=0.0, world_size=2, host="monitor-node", poll_interval_s=poll_s)
+    src.background.clock = lambda: clock[0]
     src.min_probe_interval_s = 1e9  # the test starts every probe itself
+    assert src.fresh_gap_s() == 2 * poll_s
     src.poll(0.0)  # the first poll starts the first probe
     src.background.wait(30)
     t = [0.0]
 
-    def answer():
-        """Probe now, wait for it, poll: the ranks that progressed."""
+    def rank1_counter():
+        return max((h.counter for h in read_heartbeats(hb) if h.rank == 1), default=-1)
+
+    def answer(gap_s, took_s=0.0, checked_in=True):
+        """Let ``gap_s`` (test clock) pass, probe (taking ``took_s``), poll: the ranks that
+        progressed. ``checked_in``: first wait for rank 1 to check in again."""
+        if checked_in:
+            c = rank1_counter()
+            wait_for(lambda: rank1_counter() > c, 30, what="rank 1 checking in")
+        clock[0] += gap_s
+        probe_s[0] = took_s
         assert src.background.start(["hk2"])
         src.background.wait(30)
         t[0] += poll_s
         got = src.poll(t[0]).get("stacks")
         return dict(got[1].progressed) if got else {}
 
-    answer()
-    answer()  # both ranks known now
-    assert 1 in answer()  # a prompt answer: rank 1's check-ins since the previous one are progress
-    time.sleep(8 * poll_s)  # the gap a probe on suspicion leaves (what is measured is this gap)
-    assert 1 not in answer(), "an answer after a gap is a new baseline"
-    assert 1 in answer()  # and the next prompt one counts again
+    answer(0.0)
+    answer(poll_s)  # both ranks known now
+    assert 1 in answer(poll_s)  # a prompt answer: rank 1's check-ins since the previous one are progress
+    assert 1 not in answer(8 * poll_s), "an answer after a gap is a new baseline"
+    assert 1 in answer(poll_s)  # and the next prompt one counts again
+    answer(poll_s, took_s=6 * poll_s)  # a slow probe (a node slow to answer)
+    assert 1 in answer(poll_s), "the answer after a slow probe is prompt: its gap is one poll"
+    assert 1 not in answer(2 * poll_s + 0.01), "just past two polls is a gap"
+    assert 1 in answer(2 * poll_s), "two polls is not"
 
 
 @pytest.mark.timeout(60)
