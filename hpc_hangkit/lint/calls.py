@@ -2173,17 +2173,25 @@ def _restored(saved, cls, attr, value):
     return (cls, ast.dump(key), attr) in saved
 
 
+#: builtins whose answer is never None
+_NEVER_NONE_CALLS = frozenset(("int", "float", "str", "bool", "len", "repr", "abs", "round", "isinstance",
+                               "hasattr", "callable", "hash", "id", "ord", "chr", "format"))
+
+
 def _never_none(e):
-    """True for a value that is never None: a literal, a display, a call of a capitalised name
-    (a class: a constructor never returns None)."""
+    """True for a value that is never None: a literal, a display, arithmetic, a comparison, a
+    call of a capitalised name (a class: a constructor never returns None), of a builtin that
+    answers with a number, string or bool (:data:`_NEVER_NONE_CALLS`), of a rank query
+    (``dist.get_rank()``: a number on every rank)."""
     if isinstance(e, ast.Constant):
         return e.value is not None
     if isinstance(e, (ast.List, ast.Tuple, ast.Dict, ast.Set, ast.JoinedStr, ast.ListComp, ast.DictComp,
-                      ast.SetComp)):
+                      ast.SetComp, ast.BinOp, ast.Compare, ast.UnaryOp)):
         return True
     if isinstance(e, ast.Call):
         d = dotted(e.func)
-        return bool(d) and d[-1][:1].isupper()
+        return bool(d) and (d[-1][:1].isupper() or d[-1] in C.RANK_CALLS or
+                            (len(d) == 1 and d[0] in _NEVER_NONE_CALLS))
     return False
 
 

@@ -15,7 +15,7 @@ from typing import NamedTuple
 from hpc_hangkit.lint import collectives as C
 from hpc_hangkit.lint.model import code_of, dotted, holds_wrapper, qualify, walk_local, wrapper_at
 from hpc_hangkit.lint.calls import attr_state_dict, call_ref
-from hpc_hangkit.lint.taint import Taint, handler_condition, mentions_membership, none_test
+from hpc_hangkit.lint.taint import Taint, handler_condition, mentions_membership, none_read_names
 
 __all__ = ["RULES", "Finding", "check_module", "merge_by_branch", "severity_of"]
 
@@ -604,13 +604,10 @@ class _Walker:
         handed = self.ff.param_from
         if handed:
             named = {o[1] for o in out}
-            for n in ast.walk(e):
-                # only a None test reads what was handed (`Taint._param_none`)
-                if n.__class__ is ast.Compare and none_test(n) and n.left.__class__ is ast.Name and \
-                        n.left.id in handed and n.left.id not in named:
-                    named.add(n.left.id)
-                    path, ln = handed[n.left.id]
-                    out.append((ln, n.left.id, code_of(_line_text(self.project, path, ln, self.mod)), "handed", path))
+            # only a None test reads what was handed (`Taint._param_none`)
+            for name in sorted(none_read_names(e) & set(handed) - named):
+                path, ln = handed[name]
+                out.append((ln, name, code_of(_line_text(self.project, path, ln, self.mod)), "handed", path))
         return tuple(out)
 
     def _on_subgroup(self, call):

@@ -619,10 +619,11 @@ class Taint:
             return 0
         if t is _COMPARE and none_test(e):
             if isinstance(e.left, ast.Name):
-                if e.left.id in self._param_none and e.left.id not in self.assigned and not self._direct:
+                handed = self._handed_none(e.left.id)
+                if handed:
                     # `if log_dir is not None:`, a parameter the callers hand a value None on
                     # some ranks (`get_log_dir()`)
-                    return max(self._param_none[e.left.id], self.level(e.left))
+                    return max(handed, self.level(e.left))
                 lv = self._set_level(e.left.id)
                 if lv is not None:
                     return lv
@@ -694,6 +695,9 @@ class Taint:
         or a shared one (OpenMDAO's `done = comm.bcast(done, root=0)` after the root alone set
         `done = True`). A side of an ``if`` that only a single process takes does not count."""
         lv = self.test_level(st.test)
+        if not lv and self._param_none:
+            # a parameter's handed None-ness, read on the first pass, before the body assigns it
+            lv = self.test_level_at(st.test, st.lineno)
         if not lv:
             return lv
         names = {n.id for n in ast.walk(st.test) if isinstance(n, ast.Name)} - self.agreed
@@ -1185,6 +1189,24 @@ class Taint:
         lv = self.level(e)
         if lv and self._env_done and isinstance(e, ast.Name) and e.id in self.assigned:
             lv = min(lv, self.trip_level(e))
+        if e.__class__ is ast.Name and e.id in self._param_none:
+            # `if log_dir:`, a parameter the callers hand a value None on some ranks: false there
+            lv = max(lv, self._handed_none(e.id))
+        return lv
+
+    def _handed_none(self, name):
+        """Level of the None-ness that callers hand parameter ``name`` (``FuncFacts.param_none``),
+        as read at ``self._at``: 0 in direct mode, and where the read may come after an
+        assignment of the parameter (a read before every assignment in the function's text sees
+        the handed value, on its first pass at least: `while p is not None: ...; p = q`)."""
+        lv = self._param_none.get(name, 0)
+        if not lv or self._direct:
+            return 0
+        if name in self.assigned:
+            first = min((line for (target, _, _, _), line in zip(self._assigns, self._lines)
+                         if name in _names(target)), default=0)
+            if not first or self._at is None or self._at >= first:
+                return 0
         return lv
 
     def iter_level_at(self, e, line):
@@ -2685,10 +2707,34 @@ def mentions_membership(e):
     return False
 
 
+_NONE_OPS = (ast.Is, ast.IsNot, ast.Eq, ast.NotEq)
+
+
 def none_test(n):
-    """True when comparison ``n`` is ``x is None`` or ``x is not None``."""
-    return len(n.ops) == 1 and n.ops[0].__class__ in (ast.Is, ast.IsNot) and \
+    """True when comparison ``n`` is ``x is None`` or ``x is not None`` (or ``x == None``,
+    ``x != None``)."""
+    return len(n.ops) == 1 and n.ops[0].__class__ in _NONE_OPS and \
         n.comparators[0].__class__ is ast.Constant and n.comparators[0].value is None
+
+
+def none_read_names(test):
+    """The local names whose None-ness condition ``test`` reads: ``x`` of each ``x is None`` /
+    ``x is not None`` in it, and a name tested for its truth alone (``if x:``, ``not x``, an
+    operand of ``and``/``or``): a value that is None on some ranks is false there only."""
+    out = set()
+    for n in ast.walk(test):
+        if n.__class__ is ast.Compare and none_test(n) and n.left.__class__ is ast.Name:
+            out.add(n.left.id)
+    todo = [test]
+    while todo:
+        e = todo.pop()
+        if e.__class__ is ast.Name:
+            out.add(e.id)
+        elif e.__class__ is ast.BoolOp:
+            todo.extend(e.values)
+        elif e.__class__ is ast.UnaryOp and e.op.__class__ is ast.Not:
+            todo.append(e.operand)
+    return out
 
 
 def mode_test(n):

@@ -5181,17 +5181,45 @@ def main(base):
     silent(tmp_path, src.replace("    return train_once(steps, log_dir=log_dir)",
                                  "    log_dir = log_dir or '/tmp'\n    return train_once(steps, log_dir=log_dir)"))
     silent(tmp_path, src.replace("    score(10, log_dir)", "    log_dir = log_dir or base\n    score(10, log_dir)"))
+    # the other spellings of the same question: `!= None`, the value's truth, a `while` test,
+    # one operand of `and`
+    for test in ("if log_dir != None:", "if log_dir:", "if not log_dir:", "while log_dir:",
+                 "if steps and log_dir:"):
+        prog = src.replace("if log_dir is not None:", test)
+        if test.startswith("while"):
+            prog = prog.replace("            save(log_dir)  # HERE", "            save(log_dir)  # HERE\n            break")
+        expect(tmp_path, prog, "HK105" if test.startswith("while") else "HK101")
+    # another test of the value than its None-ness (config-like reads of what was handed), an
+    # element of it: silent
+    silent(tmp_path, src.replace("if log_dir is not None:", "if log_dir.endswith('s'):"))
+    silent(tmp_path, src.replace("if log_dir is not None:", "if log_dir[0]:"))
+    # the parameter assigned after the test: the test still reads what the callers handed (on
+    # a `while`, its first pass); assigned before it, or under the test itself: silent
+    expect(tmp_path, src.replace("            save(log_dir)  # HERE\n",
+                                 "            save(log_dir)  # HERE\n        log_dir = os.path.abspath('x')\n"),
+           "HK101")
+    expect(tmp_path, src.replace("        if log_dir is not None:  # BRANCH\n            save(log_dir)  # HERE\n",
+                                 "        while log_dir is not None:  # BRANCH\n            save(log_dir)  # HERE\n"
+                                 "            log_dir = os.path.dirname(log_dir) or None\n"), "HK105")
+    silent(tmp_path, src.replace("    for _ in range(steps):\n",
+                                 "    log_dir = log_dir or '/tmp'\n    for _ in range(steps):\n"))
+    # a helper whose answer is never None (a rank, a sum, a comparison): its None-ness is the same
+    # on every rank
+    for ret in ("return dist.get_rank()", "return RANK + 1", "return RANK == 0", "return int(base)"):
+        silent(tmp_path, src.replace("    if RANK != 0:\n        return\n    return os.path.join(base, \"logs\")",
+                                     "    " + ret))
     # the message says where the parameter's value comes from, in the caller's own file
     (tmp_path / "two").mkdir()
     i = src.index("def score(")
-    (tmp_path / "two" / "steps.py").write_text(src[:i])
     (tmp_path / "two" / "main.py").write_text("from steps import *\n\n\n" + src[i:])
-    found = lint_paths([str(tmp_path / "two")]).findings
-    assert [f.code for f in found] == ["HK101"], found
-    assert "`log_dir` is handed, through the callers, the value of `log_dir = get_log_dir(base)` at main.py:" \
-        in found[0].message, found[0].message
-    origin = [r for r in found[0].related() if r["role"] == "origin"]
-    assert [(os.path.basename(r["path"]), r["what"]) for r in origin] == [("main.py", "log_dir")], origin
+    for test in ("if log_dir is not None:", "if steps and log_dir:"):
+        (tmp_path / "two" / "steps.py").write_text(src[:i].replace("if log_dir is not None:", test))
+        found = lint_paths([str(tmp_path / "two")]).findings
+        assert [f.code for f in found] == ["HK101"], found
+        assert "`log_dir` is handed, through the callers, the value of `log_dir = get_log_dir(base)` at main.py:" \
+            in found[0].message, found[0].message
+        origin = [r for r in found[0].related() if r["role"] == "origin"]
+        assert [(os.path.basename(r["path"]), r["what"]) for r in origin] == [("main.py", "log_dir")], origin
 
 
 def test_an_object_of_a_tree_class_called_runs_its_call(tmp_path):
