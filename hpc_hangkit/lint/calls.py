@@ -16,7 +16,7 @@ from operator import itemgetter
 
 from hpc_hangkit.lint import collectives as C
 from hpc_hangkit.lint.model import FUNC_RANKISH, FUNC_SIZE, FuncFacts, defaults_of, dotted, module_name, names_of, nodes_of, functions_of, qualify, walk_local, wrapped_at, wrapper_at
-from hpc_hangkit.lint.taint import Taint, call_kind, collective_aliases, fake_backend, single_process_returns
+from hpc_hangkit.lint.taint import Taint, agreed_operand, call_kind, collective_aliases, fake_backend, single_process_returns
 from hpc_hangkit.lint.taint import _AGREEING_ARG0, _AGREEING_ARG1, _RETURN_AGREES
 from hpc_hangkit.lint.taint import _is_flag as _flag
 from hpc_hangkit.lint.taint import _EQUAL_COUNT
@@ -533,8 +533,9 @@ class Project:
                 if kind == "collective":
                     ff.directs.append((n.lineno, n.col_offset, name))
                     idx = 0 if name in _AGREEING_ARG0 else 1 if name in _AGREEING_ARG1 else None
-                    if idx is not None and len(n.args) > idx and isinstance(n.args[idx], ast.Name):
-                        agreed.add(n.args[idx].id)
+                    a = agreed_operand(n.args[idx]) if idx is not None and len(n.args) > idx else None
+                    if a.__class__ is _NAME:
+                        agreed.add(a.id)
                     if ff.direct is None or n.lineno < ff.direct_line:
                         ff.direct, ff.direct_line = name, n.lineno
                 elif kind is not None or not fake_backend(n):
@@ -879,7 +880,8 @@ class Project:
             got = [agreed_value(r) for r in rets]
             # every return is an agreeing collective's result (`return comm.bcast(data)`), or
             # constant or agreed
-            fixed = [_returns_agreeing(mod, r) or (bool(agreed) and _uniform_return(r, nodes, agreed)) for r in rets]
+            fixed = [_returns_agreeing(mod, r) or (bool(agreed) and _uniform_return(r, nodes, agreed, mod.imports))
+                     for r in rets]
             # constants chosen by tests of agreed values only (`if total[0] > 0: return True`)
             chosen = all(g is True or isinstance(r, ast.Constant) for r, g in zip(rets, got)) and \
                 _decided_by_agreed(ff.node, agreed)
@@ -2326,15 +2328,22 @@ def _none_level(fn, taint, params, nodes):
     return lv, _flows_from(tests + values, nodes, params)
 
 
-def _agreed_expr(e, agreed):
+def _agreed_expr(e, agreed, imports=()):
     """A constant, or an expression whose local names are all in ``agreed`` (the locals handed
     to an agreeing collective): ``all_results.item() == 1``, ``bool(flag)``, ``cast(list[T], got)``
-    (a type cast hands its second argument on as it is)."""
+    (a type cast hands its second argument on as it is), ``torch.sum(torch.stack(got))`` (a
+    function of an imported module, ``imports``: the module's import table, applied to them)."""
     skip = set()
     for x in ast.walk(e):
         if isinstance(x, ast.Call) and (dotted(x.func) or [""])[-1] == "cast" and len(x.args) == 2:
             skip.update(id(y) for y in ast.walk(x.func))
             skip.update(id(y) for y in ast.walk(x.args[0]))
+        elif isinstance(x, ast.Call) and x.func.__class__ is ast.Attribute:
+            head = x.func.value
+            while head.__class__ is ast.Attribute:
+                head = head.value
+            if head.__class__ is _NAME and head.id in imports:
+                skip.add(id(head))
     names = {x.id for x in ast.walk(e) if isinstance(x, ast.Name) and isinstance(x.ctx, ast.Load)
              and id(x) not in skip}
     names -= {"bool", "int", "float", "True", "False", "None"}
@@ -2423,10 +2432,10 @@ def _stmts_under(st):
     return out
 
 
-def _uniform_return(r, nodes, agreed):
+def _uniform_return(r, nodes, agreed, imports=()):
     """True when return value ``r`` is a constant or agreed expression (:func:`_agreed_expr`), or a
     local name every assignment of which (plain ``name = value``, nothing else) is one."""
-    if _agreed_expr(r, agreed):
+    if _agreed_expr(r, agreed, imports):
         return True
     if not isinstance(r, ast.Name):
         return False
@@ -2440,7 +2449,7 @@ def _uniform_return(r, nodes, agreed):
             hit = [t for t in n.targets if any(isinstance(x, ast.Name) and x.id == r.id for x in ast.walk(t))]
             if hit:
                 if not (len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)) or \
-                        not _agreed_expr(n.value, agreed):
+                        not _agreed_expr(n.value, agreed, imports):
                     return False
                 found = True
     return found

@@ -84,10 +84,15 @@ QUALIFIED = {"torch.distributed.checkpoint." + n for n in (
 #: library methods that are collective, matched on a receiver named like their owner:
 #: ``accelerator.save_state`` (DeepSpeed/FSDP checkpoints synchronise), a DeepSpeed engine's
 #: ``save_checkpoint``/``load_checkpoint`` (ZeRO shards, barriers inside), a Lightning or Composer
-#: trainer's ``save_checkpoint`` (it ends in the strategy's barrier)
+#: trainer's ``save_checkpoint`` (it ends in the strategy's barrier); the backward of accelerate,
+#: a DeepSpeed engine, Lightning Fabric and a LightningModule's ``manual_backward``: the wrapped
+#: model's gradients are all-reduced (DDP) or reduce-scattered (FSDP, ZeRO) in it, so a rank that
+#: skips it (a NaN loss `continue`d past) leaves the others waiting
 LIBRARY_METHODS = {
     "save_state": re.compile(r"(^|_)accelerator$", re.I),
     "load_state": re.compile(r"(^|_)accelerator$", re.I),
+    "backward": re.compile(r"(^|_)(accelerator|engine|model_engine|ds_engine|deepspeed_engine|fabric)$", re.I),
+    "manual_backward": re.compile(r"^self$"),
     "save_checkpoint": re.compile(r"(^|_)(engine|model_engine|ds_engine|deepspeed_engine|ds_model|trainer)$", re.I),
     "load_checkpoint": re.compile(r"(^|_)(engine|model_engine|ds_engine|deepspeed_engine|ds_model)$", re.I),
 }

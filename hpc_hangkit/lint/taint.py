@@ -124,6 +124,9 @@ class Taint:
         self.project = project
         self.env = {}
         self.agreed = set()
+        #: locals handed to a tree function that answers with an agreed value of them
+        #: (``reduce_mean(n)``): not agreed themselves, but their count is agreed (:meth:`_counted_here`)
+        self.reduced = set()
         self.assigned = set()
         #: id(assignment statement) -> the conditions of the branches it is under ([(kind, expr)])
         self.guards = {}
@@ -252,6 +255,11 @@ class Taint:
         for name, lv in self.params.items():
             if lv and name not in self.assigned:
                 self.env[name] = lv
+            elif lv and name in self._fn_params and self._rewrapped(name):
+                # a parameter the function only rebuilds from itself (`xs = [f(x) for x in xs]`):
+                # what the callers hand reaches its reads, as its value and its count
+                self.sites.setdefault(name, {})[0] = lv
+                self.env[name] = max(self.env.get(name, 0), lv)
         # 0: a value with no line of its own (an `enumerate` start made here) reaches every read
         lines = [getattr(value, "lineno", 0) for _, value, _, _ in assigns]
         self._lines = lines
@@ -302,11 +310,40 @@ class Taint:
                         break
         self._tests = None
 
+    def _rewrapped(self, name):
+        """True when every assignment of parameter ``name`` rebuilds it from itself, element by
+        element: a comprehension over it (``xs = [x.detach() for x in xs]``), ``list(xs)``,
+        ``tuple(xs)``, ``sorted(xs)``, or ``[xs]`` (one item wrapped). Other assignments
+        (``a = factories.array(a)``, ``x = x or default``) make a new value whose level is its own."""
+        for (target, value, _, part) in self._assigns:
+            if name not in _names(target):
+                continue
+            if part is not None or target.__class__ is not _NAME:
+                return False
+            t = value.__class__
+            if t in (ast.ListComp, ast.GeneratorExp, ast.SetComp):
+                it = value.generators[0].iter
+            elif t is _CALL and value.func.__class__ is _NAME and value.func.id in ("list", "tuple", "sorted") \
+                    and len(value.args) == 1:
+                it = value.args[0]
+            elif t is ast.List and len(value.elts) == 1:
+                it = value.elts[0]
+            else:
+                return False
+            if not (it.__class__ is _NAME and it.id == name):
+                return False
+        return True
+
     def _trips(self):
         """Fill :attr:`trip_env` (on the first trip count asked: most functions' facts never ask)."""
         self._trips_due = False
         saved = self._at
         assigns, lines = self._assigns, self._lines
+        for name, lv in self.params.items():
+            if lv and name in self.assigned and name in self._fn_params and self._rewrapped(name):
+                # what the callers hand an assigned parameter (see __init__): its count as its value
+                self.trip_env[name] = max(self.trip_env.get(name, 0), lv)
+                self.trip_sites.setdefault(name, {})[0] = lv
         for (target, value, conds, part), line in zip(assigns, lines):
             if part is None:
                 self._at = line or None
@@ -514,6 +551,13 @@ class Taint:
                     a = call.args[i - bound] if 0 <= i - bound < len(call.args) else None
                     if isinstance(a, ast.Name):
                         self.agreed.add(a.id)
+            elif callee is not None and callee.witness and callee.ret_agreed is True:
+                # mmdetection's `reduce_mean(num_pos)`: a helper that answers with an agreed value
+                # of what it is given (a copy, all-reduced); the local itself stays this rank's,
+                # but what it counts is agreed (:meth:`_counted_here`)
+                for a in call.args:
+                    if a.__class__ is _NAME:
+                        self.reduced.add(a.id)
             return
         if kind != "collective":
             return
@@ -531,6 +575,7 @@ class Taint:
         if idx is not None:
             a = call.args[idx] if len(call.args) > idx else next(
                 (k.value for k in call.keywords if k.arg in _AGREED_KEYWORDS), None)
+            a = agreed_operand(a)
             d = dotted(a) if a is not None else None
             if d and len(d) == 1:
                 self.agreed.add(d[0])
@@ -919,10 +964,10 @@ class Taint:
         count can differ between ranks, so the container's size is rank-local here (sglang's
         ``if len(self.ongoing_write_through) == 0: return`` before that all_reduce)."""
         d = dotted(e)
-        if not d or not self.agreed:
+        if not d or not (self.agreed or self.reduced):
             return False
         if self._counted is None:
-            self._counted = _counted_containers(self.fn, self.agreed, self.mod.local.get(id(self.fn)))
+            self._counted = _counted_containers(self.fn, self.agreed | self.reduced, self.mod.local.get(id(self.fn)))
         return tuple(d) in self._counted
 
     def _side_of(self, test, line):
@@ -1283,6 +1328,13 @@ class Taint:
             return 1
         if name in C.LOCAL_DATA_CALLS or (isinstance(f, ast.Attribute) and name in C.LOCAL_DATA_METHODS):
             return max(1, self._args_level(call))
+        if name in _NAN_TESTS and (call.args or f.__class__ is _ATTRIBUTE):
+            # `torch.isnan(loss)`, `math.isfinite(loss.item())`, `loss.isnan()`: a NaN or an
+            # overflow comes from this rank's own data and numbers, unless the value was agreed
+            x = call.args[0] if call.args else f.value
+            loss, root = _nan_loss(x)
+            if loss and (root is None or not self._agreed(root)):
+                return max(1, self.level(x))
         lv = 0
         through = None
         if self.project is not None:
@@ -1513,6 +1565,40 @@ _EQUAL_COUNT = {"DistributedSampler", "ElasticDistributedSampler", "DistributedB
 _TYPE_CALLS = {"hasattr", "isinstance", "issubclass", "callable", "type"}
 #: methods that say whether the communication library is set up (any backend object's)
 _STATE_CALLS = {"is_initialized", "Is_initialized", "Is_finalized"}
+
+
+def agreed_operand(a):
+    """The value an agreeing collective's operand ``a`` is: the tensor of an in-place op
+    (`all_reduce(t.div_(n))`: ``div_`` answers with ``t``), else ``a`` itself (None stays None)."""
+    while a.__class__ is _CALL and a.func.__class__ is _ATTRIBUTE and a.func.attr.endswith("_") and \
+            not a.func.attr.startswith("_"):
+        a = a.func.value
+    return a
+#: tests whether a number is NaN or infinite (torch, math, numpy; a function or a tensor's method)
+_NAN_TESTS = {"isnan", "isinf", "isfinite", "isneginf", "isposinf"}
+#: a name that says it holds a training loss (`loss`, `train_loss`, `losses`, `outputs.loss`)
+_LOSS_NAME = re.compile(r"(^|_)loss(es)?($|_)", re.I)
+
+
+def _nan_loss(e):
+    """``(loss, root)`` for NaN test operand ``e`` read from a loss by plain reads (``loss``,
+    ``loss.item()``, ``loss.detach().float()``, ``out.loss``, ``losses[0]``): whether a name on
+    the way says loss, and the local it starts from (None when it starts elsewhere). A loss is
+    this rank's own (its batch); a gradient norm or a solver's number usually is not (DDP has
+    all-reduced the gradients; a solver computes it through collectives)."""
+    loss = False
+    while True:
+        if e.__class__ is ast.Name:
+            return loss or bool(_LOSS_NAME.search(e.id)), e
+        if e.__class__ is _CALL and not e.args and e.func.__class__ is _ATTRIBUTE:
+            e = e.func.value
+        elif e.__class__ is _ATTRIBUTE:
+            loss = loss or bool(_LOSS_NAME.search(e.attr))
+            e = e.value
+        elif e.__class__ is _SUBSCRIPT:
+            e = e.value
+        else:
+            return loss, None
 #: calls that place a value on a device: the device is rank-dependent, the content is not
 _PLACE_CALLS = {"to", "cuda", "set_device", "device", "pin_memory", "to_empty"}
 #: attributes of a progress bar that count what it displayed (tqdm's ``n``)
@@ -1622,6 +1708,10 @@ def _optional_import(st, handler):
 _VIEWS = ("items", "keys", "values")
 
 
+#: calls that make a count a number or tensor to agree (`torch.tensor(len(xs))`)
+_COUNT_BOXES = {"tensor", "as_tensor", "array", "asarray", "full", "float", "int", "LongTensor", "FloatTensor"}
+
+
 def _counted_containers(fn, agreed, local=None):
     """The dotted names (tuples) of the containers whose count function ``fn`` hands to an
     agreeing collective (see :meth:`Taint._counted_here`); ``agreed``: the locals handed to
@@ -1649,10 +1739,16 @@ def _counted_containers(fn, agreed, local=None):
                 if isinstance(st, ast.AugAssign) and isinstance(st.op, ast.Add) and \
                         isinstance(st.target, ast.Name) and isinstance(st.value, ast.Constant):
                     counts.setdefault(st.target.id, set()).update(over)
-        elif isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) and \
-                isinstance(n.value, ast.Call) and isinstance(n.value.func, ast.Name) and \
-                n.value.func.id == "len" and len(n.value.args) == 1:
-            d = dotted(n.value.args[0])
+        elif isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name):
+            # `n = len(xs)`, `n = xs.numel()`, the count made a tensor: `t = torch.tensor(len(xs), ...)`
+            v = n.value
+            if v.__class__ is _CALL and v.args and (dotted(v.func) or [""])[-1] in _COUNT_BOXES:
+                v = v.args[0]
+            d = None
+            if v.__class__ is _CALL and v.func.__class__ is _NAME and v.func.id == "len" and len(v.args) == 1:
+                d = dotted(v.args[0])
+            elif v.__class__ is _CALL and v.func.__class__ is _ATTRIBUTE and v.func.attr == "numel" and not v.args:
+                d = dotted(v.func.value)
             if d:
                 counts.setdefault(n.targets[0].id, set()).add(tuple(d))
     if not counts:
@@ -2531,15 +2627,19 @@ def single_process(test, sizes=(), flags=()):
         return "body" if neg else "orelse"
     if _is_dist_flag(inner):
         return "body" if neg else "orelse"
-    if isinstance(inner, ast.BoolOp) and not neg:
-        # `dist.is_available() and dist.is_initialized()`: else is single-process
+    if isinstance(inner, ast.BoolOp):
+        # `dist.is_available() and dist.is_initialized()`: else is single-process; negated
+        # (`not (dist.is_available() and dist.is_initialized())`), the other way round
+        side = None
         if isinstance(inner.op, ast.And) and all(_is_dist_flag(v) or _is_available(v) for v in inner.values):
-            return "orelse"
-        if isinstance(inner.op, ast.Or) and all(isinstance(v, ast.UnaryOp) and isinstance(v.op, ast.Not)
-                                                and (_is_dist_flag(v.operand) or _is_available(v.operand))
-                                                for v in inner.values):
-            return "body"
-        return None
+            side = "orelse"
+        elif isinstance(inner.op, ast.Or) and all(isinstance(v, ast.UnaryOp) and isinstance(v.op, ast.Not)
+                                                  and (_is_dist_flag(v.operand) or _is_available(v.operand))
+                                                  for v in inner.values):
+            side = "body"
+        if side is not None and neg:
+            side = "body" if side == "orelse" else "orelse"
+        return side
     if isinstance(inner, ast.Compare) and len(inner.ops) == 1 and not neg and \
             isinstance(inner.ops[0], (ast.Is, ast.IsNot)) and _none(inner.comparators[0]) and \
             _MPI_COMM.search((dotted(inner.left) or [""])[-1]):

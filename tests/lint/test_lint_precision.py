@@ -5395,3 +5395,119 @@ def evaluate(x):
         metric(x)
 """
     silent(tmp_path, rebound)
+
+
+def test_a_library_backward_skipped_on_a_nan_loss(tmp_path):
+    # NeMo PR #578 (recall9 t02): a rank whose loss is NaN `continue`s past the backward, in which
+    # the wrapped model's gradients are all-reduced; accelerate, a DeepSpeed engine, Fabric and a
+    # LightningModule's `manual_backward` are such backwards
+    src = """
+import math
+
+import torch
+
+
+def train(accelerator, model, loader):
+    for batch in loader:
+        loss = model(**batch).loss
+        if not math.isfinite(loss.item()):  # BRANCH
+            continue
+        accelerator.backward(loss)  # HERE
+"""
+    expect(tmp_path, src, "HK202")
+    for test in ("if torch.isnan(loss):", "if loss.isnan():", "if torch.isinf(loss).any():"):
+        expect(tmp_path, src.replace("if not math.isfinite(loss.item()):", test), "HK202")
+    for call in ("engine.backward(loss)", "fabric.backward(loss)", "self.manual_backward(loss)"):
+        expect(tmp_path, src.replace("accelerator.backward(loss)", call).replace(
+            "def train(accelerator,", "def train(self, engine, fabric,"), "HK202")
+    # the loss agreed first (all-reduced, or a flag all-reduced and tested); no skip; a plain
+    # autograd backward; another method named backward (an FFT plan's): silent
+    silent(tmp_path, src.replace("        if not math.isfinite",
+                                 "        torch.distributed.all_reduce(loss)\n        if not math.isfinite"))
+    silent(tmp_path, src.replace("        if not math.isfinite(loss.item()):  # BRANCH\n",
+                                 "        bad = torch.tensor(float(torch.isnan(loss)))\n"
+                                 "        torch.distributed.all_reduce(bad)\n"
+                                 "        if bad.item() > 0:\n"))
+    silent(tmp_path, src.replace("            continue\n", "            loss = loss.new_zeros(())\n"))
+    silent(tmp_path, src.replace("accelerator.backward(loss)", "loss.backward()"))
+    silent(tmp_path, src.replace("accelerator.backward(loss)", "plan.backward(loss)"))
+    # a NaN test of something else than a loss (a gradient norm: DDP has all-reduced the
+    # gradients; a solver's number): silent
+    silent(tmp_path, src.replace("if not math.isfinite(loss.item()):", "if not math.isfinite(grad_norm):"))
+
+
+def test_a_count_agreed_through_a_helper_makes_its_container_rank_local(tmp_path):
+    # mmdetection issue #4724 (recall10 t01): `num_pos = reduce_mean(torch.tensor(len(pos_inds)))`
+    # agrees the count through a helper that all-reduces a copy, then `if len(pos_inds) > 0:`
+    # decides a second `reduce_mean` on some ranks only
+    src = """
+import torch
+import torch.distributed as dist
+
+
+def reduce_mean(tensor):
+    if not (dist.is_available() and dist.is_initialized()):
+        return tensor
+    tensor = tensor.clone()
+    dist.all_reduce(tensor.div_(dist.get_world_size()), op=dist.ReduceOp.SUM)
+    return tensor
+
+
+def loss(labels, preds):
+    pos_inds = (labels >= 0).nonzero().reshape(-1)
+    num_pos = torch.tensor(len(pos_inds), dtype=torch.float)
+    num_pos = max(reduce_mean(num_pos), 1.0)
+    if len(pos_inds) > 0:  # BRANCH
+        denorm = reduce_mean(preds[pos_inds].sum())  # HERE
+    else:
+        denorm = preds.sum()
+    return denorm / num_pos
+"""
+    expect(tmp_path, src, "HK201")
+    # the count as `numel()`: the same
+    expect(tmp_path, src.replace("torch.tensor(len(pos_inds),", "torch.tensor(pos_inds.numel(),"), "HK201")
+    # the fix (every rank calls it); another container's count agreed; a helper that answers with
+    # its argument as it came (no collective): silent
+    silent(tmp_path, src.replace("    if len(pos_inds) > 0:  # BRANCH\n        denorm = reduce_mean(preds[pos_inds].sum())  # HERE\n"
+                                 "    else:\n        denorm = preds.sum()\n",
+                                 "    denorm = reduce_mean(preds[pos_inds].sum())\n"))
+    silent(tmp_path, src.replace("torch.tensor(len(pos_inds),", "torch.tensor(len(labels),"))
+    silent(tmp_path, src.replace("    dist.all_reduce(tensor.div_(dist.get_world_size()), op=dist.ReduceOp.SUM)\n", ""))
+
+
+def test_what_callers_hand_an_assigned_parameter_reaches_its_reads(tmp_path):
+    # AReaL PR #1139 (recall10 t03): a rank-filtered gradient list handed to a helper that
+    # rebuilds it from itself (`grads = [g.detach() for g in grads]`) and returns early when empty
+    src = """
+import torch.distributed as dist
+
+
+def pick(params, rank):
+    return [p for p in params if p.grad is not None and owned(p, rank)]
+
+
+def owned(p, rank):
+    return rank == 0
+
+
+def norm(grads, group=None):
+    grads = [g.detach() for g in grads]
+    if not grads:  # BRANCH
+        return 0.0
+    t = sum(grads)
+    dist.all_reduce(t, group=group)  # HERE
+    return t
+
+
+def clip(params, tp_group):
+    rank = dist.get_rank(tp_group)
+    grads = pick(params, rank)
+    return norm(grads)
+"""
+    expect(tmp_path, src, "HK102")
+    # a plain assignment of a value every rank shares before the test; callers that hand the
+    # same list on every rank: silent
+    silent(tmp_path, src.replace("    grads = [g.detach() for g in grads]\n", "    grads = [1.0, 2.0]\n"))
+    silent(tmp_path, src.replace("    grads = pick(params, rank)\n", "    grads = list(params)\n"))
+    # rebuilt otherwise than element by element (a new value, whose level is its own): silent
+    silent(tmp_path, src.replace("    grads = [g.detach() for g in grads]\n", "    grads = normalize(grads)\n"))
