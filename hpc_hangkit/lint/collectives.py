@@ -91,7 +91,7 @@ QUALIFIED = {"torch.distributed.checkpoint." + n for n in (
 LIBRARY_METHODS = {
     "save_state": re.compile(r"(^|_)accelerator$", re.I),
     "load_state": re.compile(r"(^|_)accelerator$", re.I),
-    "backward": re.compile(r"(^|_)(accelerator|engine|model_engine|ds_engine|deepspeed_engine|fabric)$", re.I),
+    "backward": re.compile(r"^_?(accelerator|engine|model_engine|ds_engine|deepspeed_engine|fabric)$", re.I),
     "manual_backward": re.compile(r"^self$"),
     "save_checkpoint": re.compile(r"(^|_)(engine|model_engine|ds_engine|deepspeed_engine|ds_model|trainer)$", re.I),
     "load_checkpoint": re.compile(r"(^|_)(engine|model_engine|ds_engine|deepspeed_engine|ds_model)$", re.I),

@@ -127,6 +127,9 @@ class Taint:
         #: locals handed to a tree function that answers with an agreed value of them
         #: (``reduce_mean(n)``): not agreed themselves, but their count is agreed (:meth:`_counted_here`)
         self.reduced = set()
+        #: containers (dotted, as tuples) whose count is handed as it is to such a function
+        #: (``reduce_mean(torch.tensor(len(pos_inds)))``)
+        self.reduced_counts = set()
         self.assigned = set()
         #: id(assignment statement) -> the conditions of the branches it is under ([(kind, expr)])
         self.guards = {}
@@ -542,7 +545,7 @@ class Taint:
 
     def _agree_args(self, call):
         kind, name = self.call_kind(call)
-        if kind is None and self.project is not None and call.args:
+        if kind is None and self.project is not None and (call.args or call.keywords):
             # a tree wrapper that hands that parameter to an agreeing collective
             callee = self.project.callee(self.mod, self.cls, "<module>", call)
             if callee is not None and callee.agrees:
@@ -554,10 +557,15 @@ class Taint:
             elif callee is not None and callee.witness and callee.ret_agreed is True:
                 # mmdetection's `reduce_mean(num_pos)`: a helper that answers with an agreed value
                 # of what it is given (a copy, all-reduced); the local itself stays this rank's,
-                # but what it counts is agreed (:meth:`_counted_here`)
-                for a in call.args:
+                # but what it counts is agreed (:meth:`_counted_here`), also a count handed
+                # in place (`reduce_mean(torch.tensor(len(pos_inds)))`)
+                for a in list(call.args) + [k.value for k in call.keywords]:
                     if a.__class__ is _NAME:
                         self.reduced.add(a.id)
+                    else:
+                        d = _count_of(a)
+                        if d:
+                            self.reduced_counts.add(d)
             return
         if kind != "collective":
             return
@@ -822,6 +830,46 @@ class Taint:
                 state = "bad"
         return state
 
+    def _nan_agreed(self, root, depth=0):
+        """True when the loss a NaN test reads through local ``root`` is the same on every rank:
+        agreed (:meth:`_agreed`), or a local of this function every assignment of which reads,
+        by plain reads (``.mean()``, ``[0]``, another such local), what a collective returns
+        alike on every rank (``accelerator.gather(loss).mean()``) or what a tree function
+        answers agreed (``reduce_mean(loss.detach())``)."""
+        if self._agreed(root):
+            return True
+        name = root.id
+        if name not in self.assigned or name in self._fn_params or depth > 3:
+            return False
+        seen = False
+        for (target, value, _, part) in self._assigns:
+            if name not in _names(target):
+                continue
+            if part is not None:
+                return False
+            while True:
+                if value.__class__ is _CALL:
+                    if self._returns_agreed(value) or self._agreed_answer(value):
+                        break
+                    if value.func.__class__ is not _ATTRIBUTE:
+                        return False
+                    value = value.func.value  # `losses.mean()`: what it is a method of
+                elif value.__class__ in (_ATTRIBUTE, _SUBSCRIPT):
+                    value = value.value
+                elif value.__class__ is _NAME and value.id != name and self._nan_agreed(value, depth + 1):
+                    break  # `avg = losses.mean()` after `losses = accelerator.gather(loss)`
+                else:
+                    return False
+            seen = True
+        return seen
+
+    def _agreed_answer(self, call):
+        """True for a call of a tree function that reaches a collective and answers with an
+        agreed value (``reduce_mean(x)``: an all-reduced copy)."""
+        callee = self.project.callee(self.mod, self.cls, "<module>", call) if self.project is not None else None
+        return callee is not None and bool(callee.witness) and (callee.ret_agreed is True or
+                                                                callee.ret_uniform is True)
+
     def _agreed(self, e):
         """True for per-rank-named data that the code made equal on every rank: a local handed
         to an agreeing collective, a local only ever assigned what such a collective returns
@@ -964,8 +1012,10 @@ class Taint:
         count can differ between ranks, so the container's size is rank-local here (sglang's
         ``if len(self.ongoing_write_through) == 0: return`` before that all_reduce)."""
         d = dotted(e)
-        if not d or not (self.agreed or self.reduced):
+        if not d or not (self.agreed or self.reduced or self.reduced_counts):
             return False
+        if tuple(d) in self.reduced_counts:
+            return True
         if self._counted is None:
             self._counted = _counted_containers(self.fn, self.agreed | self.reduced, self.mod.local.get(id(self.fn)))
         return tuple(d) in self._counted
@@ -1322,7 +1372,7 @@ class Taint:
         if name == "len" and call.args and _data_name(call.args[0]) and not self._agreed(call.args[0]):
             return 1
         if name == "len" and len(call.args) == 1 and self._counted_here(call.args[0]):
-            return 1
+            return max(1, self._args_level(call))  # rank-local at least, and what it counts
         if isinstance(f, ast.Attribute) and name in ("numel", "size", "__len__") and _data_name(f.value) and \
                 not self._agreed(f.value):
             return 1
@@ -1333,7 +1383,7 @@ class Taint:
             # overflow comes from this rank's own data and numbers, unless the value was agreed
             x = call.args[0] if call.args else f.value
             loss, root = _nan_loss(x)
-            if loss and (root is None or not self._agreed(root)):
+            if loss and (root is None or not self._nan_agreed(root)):
                 return max(1, self.level(x))
         lv = 0
         through = None
@@ -1712,6 +1762,20 @@ _VIEWS = ("items", "keys", "values")
 _COUNT_BOXES = {"tensor", "as_tensor", "array", "asarray", "full", "float", "int", "LongTensor", "FloatTensor"}
 
 
+def _count_of(v):
+    """The container (dotted, as a tuple) whose count value ``v`` is: ``len(xs)``,
+    ``xs.numel()``, or one of them made a number or tensor (``torch.tensor(len(xs), ...)``,
+    :data:`_COUNT_BOXES`); else None."""
+    if v.__class__ is _CALL and v.args and (dotted(v.func) or [""])[-1] in _COUNT_BOXES:
+        v = v.args[0]
+    d = None
+    if v.__class__ is _CALL and v.func.__class__ is _NAME and v.func.id == "len" and len(v.args) == 1:
+        d = dotted(v.args[0])
+    elif v.__class__ is _CALL and v.func.__class__ is _ATTRIBUTE and v.func.attr == "numel" and not v.args:
+        d = dotted(v.func.value)
+    return tuple(d) if d else None
+
+
 def _counted_containers(fn, agreed, local=None):
     """The dotted names (tuples) of the containers whose count function ``fn`` hands to an
     agreeing collective (see :meth:`Taint._counted_here`); ``agreed``: the locals handed to
@@ -1740,17 +1804,9 @@ def _counted_containers(fn, agreed, local=None):
                         isinstance(st.target, ast.Name) and isinstance(st.value, ast.Constant):
                     counts.setdefault(st.target.id, set()).update(over)
         elif isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name):
-            # `n = len(xs)`, `n = xs.numel()`, the count made a tensor: `t = torch.tensor(len(xs), ...)`
-            v = n.value
-            if v.__class__ is _CALL and v.args and (dotted(v.func) or [""])[-1] in _COUNT_BOXES:
-                v = v.args[0]
-            d = None
-            if v.__class__ is _CALL and v.func.__class__ is _NAME and v.func.id == "len" and len(v.args) == 1:
-                d = dotted(v.args[0])
-            elif v.__class__ is _CALL and v.func.__class__ is _ATTRIBUTE and v.func.attr == "numel" and not v.args:
-                d = dotted(v.func.value)
+            d = _count_of(n.value)
             if d:
-                counts.setdefault(n.targets[0].id, set()).add(tuple(d))
+                counts.setdefault(n.targets[0].id, set()).add(d)
     if not counts:
         return frozenset()
     deps = {}

@@ -5431,6 +5431,16 @@ def train(accelerator, model, loader):
     silent(tmp_path, src.replace("            continue\n", "            loss = loss.new_zeros(())\n"))
     silent(tmp_path, src.replace("accelerator.backward(loss)", "loss.backward()"))
     silent(tmp_path, src.replace("accelerator.backward(loss)", "plan.backward(loss)"))
+    silent(tmp_path, src.replace("accelerator.backward(loss)", "fft_engine.backward(loss)"))
+    # the loss agreed by a collective that answers (then a method of it), or by a tree helper
+    # that all-reduces a copy (a fresh reader's false alarms): silent
+    silent(tmp_path, src.replace("        if not math.isfinite(loss.item()):",
+                                 "        losses = accelerator.gather(loss)\n        avg = losses.mean()\n"
+                                 "        if not math.isfinite(avg.item()):"))
+    silent(tmp_path, "import torch.distributed as dist\n\n\ndef mean_of(t):\n    t = t.detach().clone()\n"
+           "    dist.all_reduce(t)\n    return t\n" + src.replace(
+               "        if not math.isfinite(loss.item()):",
+               "        loss_avg = mean_of(loss)\n        if not math.isfinite(loss_avg.item()):"))
     # a NaN test of something else than a loss (a gradient norm: DDP has all-reduced the
     # gradients; a solver's number): silent
     silent(tmp_path, src.replace("if not math.isfinite(loss.item()):", "if not math.isfinite(grad_norm):"))
@@ -5466,6 +5476,12 @@ def loss(labels, preds):
     expect(tmp_path, src, "HK201")
     # the count as `numel()`: the same
     expect(tmp_path, src.replace("torch.tensor(len(pos_inds),", "torch.tensor(pos_inds.numel(),"), "HK201")
+    # handed in place or by keyword: the same
+    expect(tmp_path, src.replace("    num_pos = torch.tensor(len(pos_inds), dtype=torch.float)\n"
+                                 "    num_pos = max(reduce_mean(num_pos), 1.0)\n",
+                                 "    num_pos = max(reduce_mean(torch.tensor(len(pos_inds), dtype=torch.float)), 1.0)\n"),
+           "HK201")
+    expect(tmp_path, src.replace("reduce_mean(num_pos)", "reduce_mean(tensor=num_pos)"), "HK201")
     # the fix (every rank calls it); another container's count agreed; a helper that answers with
     # its argument as it came (no collective): silent
     silent(tmp_path, src.replace("    if len(pos_inds) > 0:  # BRANCH\n        denorm = reduce_mean(preds[pos_inds].sum())  # HERE\n"
