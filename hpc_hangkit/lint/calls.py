@@ -2338,12 +2338,19 @@ def _agreed_expr(e, agreed, imports=()):
         if isinstance(x, ast.Call) and (dotted(x.func) or [""])[-1] == "cast" and len(x.args) == 2:
             skip.update(id(y) for y in ast.walk(x.func))
             skip.update(id(y) for y in ast.walk(x.args[0]))
-        elif isinstance(x, ast.Call) and x.func.__class__ is ast.Attribute:
-            head = x.func.value
-            while head.__class__ is ast.Attribute:
-                head = head.value
-            if head.__class__ is _NAME and head.id in imports:
-                skip.add(id(head))
+        elif isinstance(x, ast.Call) and x.func.__class__ is ast.Attribute and x.args and \
+                not C.is_rank_call(x.func.attr):
+            # a function of a module applied to values (`torch.sum(torch.stack(got))`): its
+            # answer is as agreed as they are; not one that answers by itself with this rank's
+            # own (a rank, the clock, random numbers, a file check)
+            d = dotted(x.func)
+            if d and d[0] in imports:
+                q = ".".join([imports[d[0]]] + d[1:])
+                if q not in C.LOCAL_CALLS and not q.startswith(C.LOCAL_PREFIXES):
+                    skip.add(id(x.func.value if len(d) == 2 else x.func))
+                    for y in ast.walk(x.func):
+                        if y.__class__ is _NAME:
+                            skip.add(id(y))
     names = {x.id for x in ast.walk(e) if isinstance(x, ast.Name) and isinstance(x.ctx, ast.Load)
              and id(x) not in skip}
     names -= {"bool", "int", "float", "True", "False", "None"}

@@ -5527,3 +5527,34 @@ def clip(params, tp_group):
     silent(tmp_path, src.replace("    grads = pick(params, rank)\n", "    grads = list(params)\n"))
     # rebuilt otherwise than element by element (a new value, whose level is its own): silent
     silent(tmp_path, src.replace("    grads = [g.detach() for g in grads]\n", "    grads = normalize(grads)\n"))
+
+
+def test_an_answer_computed_from_gathered_values_with_a_modules_functions_is_agreed(tmp_path):
+    # ESPnet's `_sync2skip` (row 1096's helper): the NaN flag is all-gathered and the verdict is
+    # `torch.sum(torch.stack(result)).bool().item()`, the same on every rank
+    src = """
+import math
+
+import torch
+import torch.distributed as dist
+
+
+def sync_to_skip(flag):
+    result = [torch.zeros_like(flag) for _ in range(dist.get_world_size())]
+    dist.all_gather(result, flag)
+    any_invalid = torch.sum(torch.stack(result)).bool().item()
+    return any_invalid
+
+
+def step(model, engine, batch):
+    loss = model(batch)
+    flag = torch.tensor(not math.isfinite(loss.item()))
+    if sync_to_skip(flag):  # BRANCH
+        return None
+    engine.backward(loss)  # HERE
+    return loss
+"""
+    silent(tmp_path, src)
+    # a module's function that answers with this rank's own (its rank) is not agreed
+    expect(tmp_path, src.replace("    any_invalid = torch.sum(torch.stack(result)).bool().item()\n",
+                                 "    any_invalid = torch.tensor(dist.get_rank()).item()\n"), "HK102")
