@@ -255,12 +255,16 @@ class Taint:
             self.assigned.update(_names(target))
         self._fn_params = set(_params(self.fn)) if isinstance(
             self.fn, (ast.FunctionDef, ast.AsyncFunctionDef)) else set()
+        #: parameters the callers hand a level, which the function assigns only by rebuilding
+        #: them from themselves (:meth:`_rewrapped`); their trip counts too (:meth:`_trips`)
+        self._rebuilt = {}
         for name, lv in self.params.items():
             if lv and name not in self.assigned:
                 self.env[name] = lv
             elif lv and name in self._fn_params and self._rewrapped(name):
                 # a parameter the function only rebuilds from itself (`xs = [f(x) for x in xs]`):
                 # what the callers hand reaches its reads, as its value and its count
+                self._rebuilt[name] = lv
                 self.sites.setdefault(name, {})[0] = lv
                 self.env[name] = max(self.env.get(name, 0), lv)
         # 0: a value with no line of its own (an `enumerate` start made here) reaches every read
@@ -342,11 +346,11 @@ class Taint:
         self._trips_due = False
         saved = self._at
         assigns, lines = self._assigns, self._lines
-        for name, lv in self.params.items():
-            if lv and name in self.assigned and name in self._fn_params and self._rewrapped(name):
-                # what the callers hand an assigned parameter (see __init__): its count as its value
-                self.trip_env[name] = max(self.trip_env.get(name, 0), lv)
-                self.trip_sites.setdefault(name, {})[0] = lv
+        for name, lv in (self._rebuilt if not self._direct else {}).items():
+            # what the callers hand a rebuilt parameter (see __init__): its count as its value
+            # (in direct mode the callers' levels are not read)
+            self.trip_env[name] = max(self.trip_env.get(name, 0), lv)
+            self.trip_sites.setdefault(name, {})[0] = lv
         for (target, value, conds, part), line in zip(assigns, lines):
             if part is None:
                 self._at = line or None
