@@ -187,6 +187,13 @@ def bench_torch():
     import torch
     print("== torch %s at %s (load %.1f on %d cores)" % (torch.__version__, paths[0], os.getloadavg()[0],
                                                         os.cpu_count() or 0))
+    # the interpreter's build moves every figure (Debian's python3 against a plain source build
+    # of the same minor version: docs/performance.md)
+    import platform
+    import sysconfig
+    print("interpreter: %s %s (%s), built by %s, base %s" % (
+        platform.python_implementation(), platform.python_version(), sys.executable,
+        platform.python_compiler(), sysconfig.get_config_var("prefix")))
     # the 1-minute load average before each run: on a shared machine the wall time follows it
     loads = [os.getloadavg()[0]]
     anchor = _child("anchor", paths)

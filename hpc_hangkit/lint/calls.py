@@ -886,10 +886,14 @@ class Project:
             chosen = all(g is True or isinstance(r, ast.Constant) for r, g in zip(rets, got)) and \
                 _decided_by_agreed(ff.node, agreed)
             ff.ret_uniform = (True in got or chosen) and all(fixed)
-            if not ff.ret_uniform and all(ok or (isinstance(g, set) and isinstance(r, ast.Call))
-                                          for r, g, ok in zip(rets, got, fixed)):
-                # the others are tree calls (`return allreduce_or(timed_out)`): decided after propagation
-                ff.ret_uniform = frozenset().union(*[g for g, ok in zip(got, fixed) if not ok])
+            if not ff.ret_uniform:
+                # a local that only ever holds what tree calls return (`flag = self._sync(f)` ...
+                # `return flag`): as those calls returned directly
+                pend = [g if isinstance(r, ast.Call) else _held_refs(mod, ff, r, nodes) if g is False else None
+                        for r, g in zip(rets, got)]
+                if all(ok or isinstance(g, set) for g, ok in zip(pend, fixed)):
+                    # the others are tree calls (`return allreduce_or(timed_out)`): decided after propagation
+                    ff.ret_uniform = frozenset().union(*[g for g, ok in zip(pend, fixed) if not ok])
             if True in got:
                 ff.ret_agreed = True
             else:
@@ -2761,6 +2765,25 @@ def _targets(n):
     if isinstance(n, ast.withitem):
         return [n.optional_vars] if n.optional_vars is not None else []
     return [n.target]
+
+
+def _held_refs(mod, ff, e, nodes):
+    """The call refs of the tree calls that local ``e`` (a name) holds: a set when every binding
+    of it among ``nodes`` is a plain ``e = call(...)`` of a tree function, else None."""
+    if e.__class__ is not _NAME or e.id in ff.params:
+        return None
+    refs = set()
+    for n in nodes:
+        if n.__class__ not in _BINDERS or e.id not in _rebound((n,)):
+            continue
+        if not (n.__class__ is _ASSIGN and len(n.targets) == 1 and n.targets[0].__class__ is _NAME and
+                n.value.__class__ is _CALL):
+            return None
+        ref = call_ref(mod, ff.cls, ff.qualname, n.value)
+        if ref is None or _dead_ref(mod, ref):
+            return None
+        refs.add(ref)
+    return refs or None
 
 
 def _rebound(nodes):

@@ -5558,3 +5558,55 @@ def step(model, engine, batch):
     # a module's function that answers with this rank's own (its rank) is not agreed
     expect(tmp_path, src.replace("    any_invalid = torch.sum(torch.stack(result)).bool().item()\n",
                                  "    any_invalid = torch.tensor(dist.get_rank()).item()\n"), "HK102")
+
+
+#: ESPnet's `_check_nan_inf_loss` (row 1096): the agreed verdict of `_sync2skip` is kept in a
+#: local and returned from a second helper
+AGREED_KEPT_IN_A_LOCAL = """
+import torch
+import torch.distributed as dist
+
+
+def sync_to_skip(flag):
+    result = [torch.zeros_like(flag) for _ in range(dist.get_world_size())]
+    dist.all_gather(result, flag)
+    return torch.sum(torch.stack(result)).bool().item()
+
+
+def check_loss(loss):
+    flag = torch.logical_not(torch.isfinite(loss))
+    any_invalid = sync_to_skip(flag)
+    if any_invalid:
+        print("skipping the batch on every rank")
+    return any_invalid
+
+
+def step(model, engine, batch):
+    loss = model(batch)
+    if check_loss(loss):  # BRANCH
+        return None
+    engine.backward(loss)  # HERE
+    return loss
+"""
+
+
+def test_a_tree_calls_agreed_answer_kept_in_a_local_and_returned_is_agreed(tmp_path):
+    silent(tmp_path, AGREED_KEPT_IN_A_LOCAL)
+
+
+@pytest.mark.parametrize("change,code", [
+    # the local is changed on rank 0 after the agreed call
+    (("        print(\"skipping the batch on every rank\")\n",
+      "        print(\"skipping the batch on every rank\")\n    if dist.get_rank() == 0:\n"
+      "        any_invalid = False\n"), "HK102"),
+    # the local is or-ed with this rank's own flag
+    (("    if any_invalid:\n", "    any_invalid |= bool(flag)\n    if any_invalid:\n"), "HK202"),
+    # the local holds what is not agreed
+    (("    any_invalid = sync_to_skip(flag)\n", "    any_invalid = bool(flag)\n"), "HK202"),
+    # the helper it calls answers with this rank's own flag
+    (("    return torch.sum(torch.stack(result)).bool().item()\n", "    return bool(flag)\n"), "HK202"),
+])
+def test_a_local_not_only_holding_agreed_answers_still_flags(tmp_path, change, code):
+    src = AGREED_KEPT_IN_A_LOCAL.replace(*change)
+    assert src != AGREED_KEPT_IN_A_LOCAL
+    expect(tmp_path, src, code)
