@@ -307,6 +307,54 @@ def _cond_contexts(exprs):
     return out
 
 
+def _from_forward(walker, e, line, depth=0, seen=None):
+    """The module wrapper (``"DDP"``) whose forward value ``e`` (read at ``line`` of the
+    walker's function) is computed from: a call in it that reaches a wrapper's forward
+    (``model(x)`` on a local, parameter or ``self`` attribute that holds one, or a tree
+    function that runs one: ``self.compute_loss(batch)``), or a local whose assignments that
+    reach ``line`` (:meth:`~hpc_hangkit.lint.taint.Taint.reaching_values`) are such values,
+    four steps deep; else None."""
+    if seen is None:
+        seen = set()
+    names = []
+    for n in ast.walk(e):
+        if n.__class__ is ast.Call:
+            f = n.func
+            if f.__class__ is ast.Attribute and f.attr == "backward":
+                continue
+            w = walker.witness(n)
+            if w and "forward of " in w:
+                return w[w.index("forward of ") + len("forward of "):].split(")")[0].split(" ")[0]
+        elif n.__class__ is ast.Name and n.id not in seen:
+            seen.add(n.id)
+            names.append(n.id)
+    if depth >= 4:
+        return None
+    for name in names:
+        for value in walker.taint.reaching_values(name, line) or ():
+            w = _from_forward(walker, value, value.lineno, depth + 1, seen)
+            if w:
+                return w
+    return None
+
+
+def _no_sync_calls(fn):
+    """Ids of the calls of function ``fn`` that run inside a ``with`` block which turns off
+    a wrapper's gradient reduction: ``with model.no_sync():``, or ``stack.enter_context(m.no_sync())``
+    in the block of a ``with ExitStack() as stack:``."""
+    out = set()
+    for st in walk_local(fn):
+        if not isinstance(st, (ast.With, ast.AsyncWith)):
+            continue
+        items = [i.context_expr for i in st.items]
+        items += [s.value for s in st.body if isinstance(s, ast.Expr)]
+        if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "no_sync"
+               for e in items for n in ast.walk(e)):
+            for s in st.body:
+                out.update(id(n) for n in ast.walk(s) if isinstance(n, ast.Call))
+    return out
+
+
 def _calls_in(exprs):
     out = []
     for e in exprs:
@@ -342,6 +390,9 @@ class _Walker:
         #: the sides of the enclosing ``if`` tests of fixed values (:func:`_side`) the walk is on
         self.sides = ()
         self._fixed = None
+        #: ids of the calls under `no_sync()`, built on the first `.backward(...)` asked about
+        #: (:meth:`_backward`)
+        self._quiet = None
         #: ids of the ``if`` statements of a ``try`` body and its ``finally`` block that pair up
         #: (:meth:`paired_ifs`)
         self.paired = frozenset()
@@ -364,7 +415,8 @@ class _Walker:
         callee = self.project.callee(self.mod, self.ff.cls, self.ff.qualname, call)
         if callee is None:
             return self.project.wrapper(call_ref(self.mod, self.ff.cls, self.ff.qualname, call)) or \
-                wrapper_at(self.ff, call) or attr_state_dict(self.mod, self.ff.cls, call)
+                wrapper_at(self.ff, call) or attr_state_dict(self.mod, self.ff.cls, call) or \
+                self._backward(call)
         if callee.witness:
             short = callee.qualname.rsplit(".", 1)[-1]
             if callee.witness == short + "()":
@@ -379,6 +431,30 @@ class _Walker:
         if got is not None:
             return "%s() (reaches %s)" % (callee.qualname.rsplit(".", 1)[-1], got[0])
         return None
+
+    def _backward(self, call):
+        """``"backward of DDP"`` for autograd's backward (``loss.backward()``,
+        ``scaler.scale(loss).backward()``, ``torch.autograd.backward(loss)``) of a value computed
+        from what a module wrapper's forward returned (:func:`_from_forward`): the wrapper's
+        hooks reduce the gradients over the group during that backward, so a rank that skips
+        it leaves the others there. Not inside a ``with model.no_sync():`` block (gradient
+        accumulation: no reduction then)."""
+        f = call.func
+        if f.__class__ is not ast.Attribute or f.attr != "backward":
+            return None
+        d = dotted(f)
+        if d and tuple(d[-2:]) == ("autograd", "backward"):
+            if not call.args:
+                return None
+            value = call.args[0]
+        else:
+            value = f.value
+        if self._quiet is None:
+            self._quiet = _no_sync_calls(self.ff.node)
+        if id(call) in self._quiet:
+            return None
+        w = _from_forward(self, value, call.lineno)
+        return "backward of " + w if w else None
 
     def _own_group_size(self, st, rest=()):
         """True when ``if`` statement ``st`` tests the size of a communicator (``comm.size > 1``,

@@ -5610,3 +5610,76 @@ def test_a_local_not_only_holding_agreed_answers_still_flags(tmp_path, change, c
     src = AGREED_KEPT_IN_A_LOCAL.replace(*change)
     assert src != AGREED_KEPT_IN_A_LOCAL
     expect(tmp_path, src, code)
+
+
+#: autograd's backward under DDP (MONAI-physio PR #137's review, Lightning #5243, mmf PR #1073):
+#: the wrapper's hooks all-reduce the gradients during `loss.backward()`, so a rank that skips
+#: it on its own NaN loss leaves the others there
+BACKWARD_UNDER_DDP = """
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def train(net, loader, opt):
+    model = DDP(net)
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        if torch.isnan(loss):  # BRANCH
+            continue
+        opt.zero_grad()
+        loss.backward()  # HERE
+        opt.step()
+"""
+
+
+def test_autograd_backward_under_a_wrapper_is_a_collective(tmp_path):
+    expect(tmp_path, BACKWARD_UNDER_DDP, "HK202")
+    # the forward's output kept in a local first
+    expect(tmp_path, BACKWARD_UNDER_DDP.replace(
+        "        loss = torch.nn.functional.mse_loss(model(x), y)\n",
+        "        out = model(x)\n        loss = torch.nn.functional.mse_loss(out, y)\n"), "HK202")
+    # the wrapper kept in an attribute, the forward in a helper, a scaled loss
+    expect(tmp_path, """
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+
+class Trainer:
+    def __init__(self, net):
+        self.model = DistributedDataParallel(net)
+        self.scaler = torch.cuda.amp.GradScaler()
+
+    def compute_loss(self, x, y):
+        return torch.nn.functional.mse_loss(self.model(x), y)
+
+    def step(self, x, y):
+        loss = self.compute_loss(x, y)
+        if not torch.isfinite(loss):  # BRANCH
+            return None
+        self.scaler.scale(loss).backward()  # HERE
+        return loss
+""", "HK202")
+
+
+@pytest.mark.parametrize("change", [
+    # no wrapper: a plain model's backward reduces nothing
+    ("    model = DDP(net)\n", "    model = net\n"),
+    # the function runs the wrapper's forward, but the loss is the inner module's (torch's
+    # distributed_test: rank 0 checks a local copy's gradients)
+    ("        loss = torch.nn.functional.mse_loss(model(x), y)\n",
+     "        model(x)\n        out = net(x)\n        loss = torch.nn.functional.mse_loss(out, y)\n"),
+    # the NaN test agreed first: every rank skips together
+    ("        if torch.isnan(loss):  # BRANCH\n",
+     "        bad = torch.isnan(loss).float()\n        dist.all_reduce(bad)\n        if bad.item() > 0:\n"),
+    # gradient accumulation: no reduction in a backward under `no_sync()`
+    ("        loss.backward()  # HERE\n", "        with model.no_sync():\n            loss.backward()\n"),
+    # the same through an ExitStack (NeMo's `stack.enter_context(mod.no_sync())`)
+    ("        loss.backward()  # HERE\n",
+     "        with ExitStack() as stack:\n            stack.enter_context(model.no_sync())\n"
+     "            loss.backward()\n"),
+])
+def test_a_backward_that_reduces_nothing_or_that_every_rank_reaches_is_silent(tmp_path, change):
+    src = BACKWARD_UNDER_DDP.replace(*change)
+    assert src != BACKWARD_UNDER_DDP
+    silent(tmp_path, src.replace("import torch\n", "from contextlib import ExitStack\n\nimport torch\n", 1))
