@@ -2769,12 +2769,20 @@ def _targets(n):
 
 def _held_refs(mod, ff, e, nodes):
     """The call refs of the tree calls that local ``e`` (a name) holds: a set when every binding
-    of it among ``nodes`` is a plain ``e = call(...)`` of a tree function, else None."""
+    of it among ``nodes`` is a plain ``e = call(...)`` of a tree function, or ``e = <constant>``
+    in the function's own body before all of those (a starting value every rank sets:
+    ``flag = False``), and one at least a call; else None."""
     if e.__class__ is not _NAME or e.id in ff.params:
         return None
     refs = set()
+    starts, calls = [], []
+    top = {id(st) for st in getattr(ff.node, "body", ())}
     for n in nodes:
         if n.__class__ not in _BINDERS or e.id not in _rebound((n,)):
+            continue
+        if n.__class__ is _ASSIGN and len(n.targets) == 1 and n.targets[0].__class__ is _NAME and \
+                n.value.__class__ is ast.Constant and id(n) in top:
+            starts.append(n.lineno)
             continue
         if not (n.__class__ is _ASSIGN and len(n.targets) == 1 and n.targets[0].__class__ is _NAME and
                 n.value.__class__ is _CALL):
@@ -2783,7 +2791,10 @@ def _held_refs(mod, ff, e, nodes):
         if ref is None or _dead_ref(mod, ref):
             return None
         refs.add(ref)
-    return refs or None
+        calls.append(n.lineno)
+    if not refs or (starts and max(starts) > min(calls)):
+        return None
+    return refs
 
 
 def _rebound(nodes):

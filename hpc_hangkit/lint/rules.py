@@ -312,8 +312,9 @@ def _from_forward(walker, e, line, depth=0, seen=None):
     walker's function) is computed from: a call in it that reaches a wrapper's forward
     (``model(x)`` on a local, parameter or ``self`` attribute that holds one, or a tree
     function that runs one: ``self.compute_loss(batch)``), or a local whose assignments that
-    reach ``line`` (:meth:`~hpc_hangkit.lint.taint.Taint.reaching_values`) are such values,
-    four steps deep; else None."""
+    reach ``line`` (:meth:`~hpc_hangkit.lint.taint.Taint.flowing_values`: also a tuple
+    unpacked, ``logits, aux = model(x)``, and the local rebuilt from itself, ``loss = loss /
+    accum``) are such values, six steps deep; else None."""
     if seen is None:
         seen = set()
     names = []
@@ -325,34 +326,55 @@ def _from_forward(walker, e, line, depth=0, seen=None):
             w = walker.witness(n)
             if w and "forward of " in w:
                 return w[w.index("forward of ") + len("forward of "):].split(")")[0].split(" ")[0]
-        elif n.__class__ is ast.Name and n.id not in seen:
-            seen.add(n.id)
+        elif n.__class__ is ast.Name and (n.id, line) not in seen:
+            seen.add((n.id, line))
             names.append(n.id)
-    if depth >= 4:
+    if depth >= 6:
         return None
     for name in names:
-        for value in walker.taint.reaching_values(name, line) or ():
+        for value in walker.taint.flowing_values(name, line):
             w = _from_forward(walker, value, value.lineno, depth + 1, seen)
             if w:
                 return w
     return None
 
 
+def _no_sync(e):
+    """True when expression ``e`` calls a ``no_sync()`` method (a wrapper's context that turns
+    off its gradient reduction)."""
+    return any(n.__class__ is ast.Call and n.func.__class__ is ast.Attribute and n.func.attr == "no_sync"
+               for n in ast.walk(e))
+
+
 def _no_sync_calls(fn):
     """Ids of the calls of function ``fn`` that run inside a ``with`` block which turns off
-    a wrapper's gradient reduction: ``with model.no_sync():``, or ``stack.enter_context(m.no_sync())``
-    in the block of a ``with ExitStack() as stack:``."""
+    a wrapper's gradient reduction: ``with model.no_sync():``, or a ``with ExitStack() as
+    stack:`` whose block enters one (``stack.enter_context(m.no_sync())``, also in a loop)."""
     out = set()
     for st in walk_local(fn):
         if not isinstance(st, (ast.With, ast.AsyncWith)):
             continue
-        items = [i.context_expr for i in st.items]
-        items += [s.value for s in st.body if isinstance(s, ast.Expr)]
-        if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "no_sync"
-               for e in items for n in ast.walk(e)):
-            for s in st.body:
-                out.update(id(n) for n in ast.walk(s) if isinstance(n, ast.Call))
+        if any(_no_sync(i.context_expr) for i in st.items) or any(
+                n.__class__ is ast.Call and n.func.__class__ is ast.Attribute and n.func.attr == "enter_context"
+                and any(_no_sync(a) for a in n.args) for n in _unconditional(st.body)):
+            for b in st.body:
+                out.update(id(n) for n in ast.walk(b) if n.__class__ is ast.Call)
     return out
+
+
+def _unconditional(stmts):
+    """The nodes of statements ``stmts`` that run whenever the block runs (a loop's body
+    counted, as NeMo's loop over the DDP modules): not those under an ``if``, a ``try``'s
+    handlers or a nested function."""
+    todo = list(stmts)
+    while todo:
+        st = todo.pop()
+        if isinstance(st, (ast.If, ast.Try, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        if isinstance(st, (ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith)):
+            todo.extend(st.body)
+            continue
+        yield from ast.walk(st)
 
 
 def _calls_in(exprs):
@@ -390,9 +412,9 @@ class _Walker:
         #: the sides of the enclosing ``if`` tests of fixed values (:func:`_side`) the walk is on
         self.sides = ()
         self._fixed = None
-        #: ids of the calls under `no_sync()`, built on the first `.backward(...)` asked about
-        #: (:meth:`_backward`)
-        self._quiet = None
+        #: ids of the calls under `no_sync()`, and each backward call's answer by id, built on
+        #: the first `.backward(...)` asked about (:meth:`_backward`)
+        self._quiet = self._backwards = None
         #: ids of the ``if`` statements of a ``try`` body and its ``finally`` block that pair up
         #: (:meth:`paired_ifs`)
         self.paired = frozenset()
@@ -450,11 +472,13 @@ class _Walker:
         else:
             value = f.value
         if self._quiet is None:
-            self._quiet = _no_sync_calls(self.ff.node)
+            self._quiet, self._backwards = _no_sync_calls(self.ff.node), {}
         if id(call) in self._quiet:
             return None
-        w = _from_forward(self, value, call.lineno)
-        return "backward of " + w if w else None
+        if id(call) not in self._backwards:
+            w = _from_forward(self, value, call.lineno)
+            self._backwards[id(call)] = "backward of " + w if w else None
+        return self._backwards[id(call)]
 
     def _own_group_size(self, st, rest=()):
         """True when ``if`` statement ``st`` tests the size of a communicator (``comm.size > 1``,

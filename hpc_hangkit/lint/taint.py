@@ -1068,6 +1068,16 @@ class Taint:
             out.append(value)
         return out or None
 
+    def flowing_values(self, name, at):
+        """The values of every assignment of local ``name`` that can reach a read at line ``at``
+        (as :meth:`reaching_values`), whatever its target: a tuple unpacked from a value gives
+        that whole value (``logits, aux = model(x)``), an augmented assignment its operand.
+        Empty for a parameter or a global."""
+        if name in self._fn_params or name in self.shared:
+            return []
+        return [value for target, value, conds, part, line in self._assigns_reaching(name, at)
+                if value is not None and not (self._killed(name, line, at) or self._apart(line, at, name))]
+
     def _one_loop(self, line, at):
         """True when a loop of the function holds both lines."""
         return any(a <= line <= b and a <= at <= b for a, b in self.loops)

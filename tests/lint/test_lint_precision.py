@@ -5592,6 +5592,10 @@ def step(model, engine, batch):
 
 def test_a_tree_calls_agreed_answer_kept_in_a_local_and_returned_is_agreed(tmp_path):
     silent(tmp_path, AGREED_KEPT_IN_A_LOCAL)
+    # a constant starting value before the agreed answer
+    silent(tmp_path, AGREED_KEPT_IN_A_LOCAL.replace(
+        "    any_invalid = sync_to_skip(flag)\n",
+        "    any_invalid = False\n    for _ in range(2):\n        any_invalid = sync_to_skip(flag)\n"))
 
 
 @pytest.mark.parametrize("change,code", [
@@ -5635,10 +5639,25 @@ def train(net, loader, opt):
 
 def test_autograd_backward_under_a_wrapper_is_a_collective(tmp_path):
     expect(tmp_path, BACKWARD_UNDER_DDP, "HK202")
-    # the forward's output kept in a local first
+    # a `no_sync()` in another branch of an enclosing block does not cover this backward
     expect(tmp_path, BACKWARD_UNDER_DDP.replace(
-        "        loss = torch.nn.functional.mse_loss(model(x), y)\n",
-        "        out = model(x)\n        loss = torch.nn.functional.mse_loss(out, y)\n"), "HK202")
+        "        loss.backward()  # HERE\n",
+        "        with torch.autocast(\"cuda\"):\n            if x is None:\n                with model.no_sync():\n"
+        "                    loss.backward()\n            else:\n                loss.backward()  # HERE\n"), "HK202")
+    # the forward's output kept in a local first, unpacked from a tuple, the loss rebuilt from
+    # itself (gradient accumulation's `loss = loss / accum`)
+    for forward in ("        out = model(x)\n        loss = torch.nn.functional.mse_loss(out, y)\n",
+                    "        out, aux = model(x)\n        loss = torch.nn.functional.mse_loss(out, y) + aux\n",
+                    "        loss = torch.nn.functional.mse_loss(model(x), y)\n        loss = loss / 4\n"):
+        expect(tmp_path, BACKWARD_UNDER_DDP.replace(
+            "        loss = torch.nn.functional.mse_loss(model(x), y)\n", forward), "HK202")
+    # an ExitStack that enters `no_sync()` only on accumulation steps: the sync step's backward
+    # still reduces
+    expect(tmp_path, BACKWARD_UNDER_DDP.replace("import torch\n", "from contextlib import ExitStack\n\nimport torch\n", 1)
+           .replace("        loss.backward()  # HERE\n",
+                    "        with ExitStack() as stack:\n            if y is None:\n"
+                    "                stack.enter_context(model.no_sync())\n            loss.backward()  # HERE\n"),
+           "HK202")
     # the wrapper kept in an attribute, the forward in a helper, a scaled loss
     expect(tmp_path, """
 import torch
@@ -5674,10 +5693,10 @@ class Trainer:
      "        bad = torch.isnan(loss).float()\n        dist.all_reduce(bad)\n        if bad.item() > 0:\n"),
     # gradient accumulation: no reduction in a backward under `no_sync()`
     ("        loss.backward()  # HERE\n", "        with model.no_sync():\n            loss.backward()\n"),
-    # the same through an ExitStack (NeMo's `stack.enter_context(mod.no_sync())`)
+    # the same through an ExitStack (NeMo's `stack.enter_context(mod.no_sync())`, in a loop)
     ("        loss.backward()  # HERE\n",
-     "        with ExitStack() as stack:\n            stack.enter_context(model.no_sync())\n"
-     "            loss.backward()\n"),
+     "        with ExitStack() as stack:\n            for m in [model]:\n"
+     "                stack.enter_context(m.no_sync())\n            loss.backward()\n"),
 ])
 def test_a_backward_that_reduces_nothing_or_that_every_rank_reaches_is_silent(tmp_path, change):
     src = BACKWARD_UNDER_DDP.replace(*change)
