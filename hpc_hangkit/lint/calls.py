@@ -861,6 +861,9 @@ class Project:
         def agreed_value(e):
             # a collective's result, a tree call (decided after propagation), or computed from a
             # local handed to an agreeing collective
+            if agreed and e.__class__ is _CALL and e.func.__class__ is _NAME and e.func.id in _PURE_BUILTINS and \
+                    e.func.id not in mod.funcs and _agreed_expr(e, agreed, mod.imports):
+                return True  # `any(flags)` of a gathered list
             inner = e.args[0] if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and \
                 e.func.id in ("bool", "int", "float") and len(e.args) == 1 else e
             if isinstance(inner, ast.Call) and (dotted(inner.func) or [""])[-1] == "cast" and len(inner.args) == 2:
@@ -2357,8 +2360,15 @@ def _agreed_expr(e, agreed, imports=()):
                             skip.add(id(y))
     names = {x.id for x in ast.walk(e) if isinstance(x, ast.Name) and isinstance(x.ctx, ast.Load)
              and id(x) not in skip}
-    names -= {"bool", "int", "float", "True", "False", "None"}
+    names -= _PURE_BUILTINS
     return names <= agreed
+
+
+#: builtins whose answer is a function of their arguments alone, the same on every rank for
+#: the same arguments (`any(flags)` of an all-gathered list); not `hash` or `id` (per process),
+#: nor `set` (its order follows the process's string hashing)
+_PURE_BUILTINS = frozenset({"bool", "int", "float", "True", "False", "None", "any", "all", "sum", "max", "min",
+                            "len", "abs", "round", "sorted", "tuple", "list"})
 
 
 #: class methods that, by the field's naming, hand back an object of their class (a singleton's

@@ -5592,6 +5592,14 @@ def step(model, engine, batch):
 
 def test_a_tree_calls_agreed_answer_kept_in_a_local_and_returned_is_agreed(tmp_path):
     silent(tmp_path, AGREED_KEPT_IN_A_LOCAL)
+    # the verdict a builtin makes of an all-gathered list (`any(flags)`), handed on by a wrapper
+    silent(tmp_path, AGREED_KEPT_IN_A_LOCAL.replace(
+        "    result = [torch.zeros_like(flag) for _ in range(dist.get_world_size())]\n"
+        "    dist.all_gather(result, flag)\n"
+        "    return torch.sum(torch.stack(result)).bool().item()\n",
+        "    flags = [None] * dist.get_world_size()\n"
+        "    dist.all_gather_object(flags, bool(flag))\n"
+        "    return any(flags)\n"))
     # a constant starting value before the agreed answer
     silent(tmp_path, AGREED_KEPT_IN_A_LOCAL.replace(
         "    any_invalid = sync_to_skip(flag)\n",
@@ -5609,6 +5617,8 @@ def test_a_tree_calls_agreed_answer_kept_in_a_local_and_returned_is_agreed(tmp_p
     (("    any_invalid = sync_to_skip(flag)\n", "    any_invalid = bool(flag)\n"), "HK202"),
     # the helper it calls answers with this rank's own flag
     (("    return torch.sum(torch.stack(result)).bool().item()\n", "    return bool(flag)\n"), "HK202"),
+    # a builtin of this rank's own flag, not of the gathered list
+    (("    return torch.sum(torch.stack(result)).bool().item()\n", "    return any([flag])\n"), "HK202"),
 ])
 def test_a_local_not_only_holding_agreed_answers_still_flags(tmp_path, change, code):
     src = AGREED_KEPT_IN_A_LOCAL.replace(*change)
