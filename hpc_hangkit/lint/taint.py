@@ -17,7 +17,7 @@ import bisect
 import re
 
 from hpc_hangkit.lint import collectives as C
-from hpc_hangkit.lint.model import _NOT_CHILD, _params, defaults_of, dotted, nodes_of, qualify, walk_local
+from hpc_hangkit.lint.model import _NOT_CHILD, _params, defaults_of, dotted, names_of, nodes_of, qualify, walk_local
 
 __all__ = ["Taint", "call_kind", "fake_backend", "mentions_membership", "single_process", "RANK_DEPENDENT", "RANK_LOCAL",
            "CLEAN"]
@@ -196,6 +196,11 @@ class Taint:
         #: local name -> the first line that hands it to a gathering collective as the data
         #: (:data:`_GATHERING`), for :meth:`test_level`; None when none does
         self._gathered_at = None
+        #: ``(line, data argument)`` of each reducing collective (:data:`_REDUCING`), and, built
+        #: from them on the first test read, local name -> the first line that reduces it
+        #: (:meth:`_reduced_lines`)
+        self._reductions = []
+        self._reduced_at = None
         self._resized = None
         #: name -> (line after which its length is decided, the count's level) for a list
         #: padded to an agreed count (:func:`_padded_lists`), built on the first trip count asked
@@ -573,6 +578,11 @@ class Taint:
             return
         if kind != "collective":
             return
+        if name in _REDUCING:
+            a = call.args[0] if call.args else next(
+                (k.value for k in call.keywords if k.arg in _GATHERED_KEYWORDS), None)
+            if a is not None:
+                self._reductions.append((call.lineno, a))
         if name in _GATHERING:
             a = call.args[1 if name in _GATHERING_ARG1 and len(call.args) > 1 else 0] if call.args else None
             if call.keywords and (a is None or (name in _GATHERING_ARG1 and len(call.args) == 1)):
@@ -1276,7 +1286,49 @@ class Taint:
                     # `if groups: groups = comm.allgather(groups)`: a value gathered from every
                     # rank is one that differs between them, so its emptiness does too
                     lv = 1
+            if lv == 0 and self._reductions and self._at is not None:
+                x = _scalar_subject(inner)
+                if x is not None and x.id not in self.agreed and self._reduced_after(x.id, self._at):
+                    # `if d_denom == 0: return` before `buf[1] = d_denom; all_reduce(buf)`: the
+                    # code sums the value over the ranks because it differs between them
+                    lv = 1
         return lv
+
+    def _reduced_lines(self):
+        """Local name -> the lines of the reducing collectives whose data it is as it is: the
+        data argument itself (``comm.allreduce(count)``), an element of a buffer built inline
+        (``all_reduce(torch.tensor([n, m]))``), or of the buffer a plain assignment builds or an
+        item store fills before that line (``t = torch.tensor([n])``; ``t[1] = d_denom``)."""
+        if self._reduced_at is None:
+            self._reduced_at = {}
+            own = self.assigned | self._fn_params
+            nodes = self.mod.local.get(id(self.fn))
+            nodes = list(nodes if nodes is not None else walk_local(self.fn))
+            for line, a in self._reductions:
+                fed = set()
+                if a.__class__ is _NAME:
+                    fed.add(a.id)
+                    for n in nodes:
+                        if n.__class__ is not ast.Assign or n.lineno >= line or len(n.targets) != 1:
+                            continue
+                        t = n.targets[0]
+                        if (t.__class__ is _NAME and t.id == a.id) or (
+                                t.__class__ is ast.Subscript and t.value.__class__ is _NAME and t.value.id == a.id):
+                            fed |= _buffer_names(n.value)
+                else:
+                    fed |= _buffer_names(a)
+                for x in fed & own:
+                    self._reduced_at.setdefault(x, []).append(line)
+        return self._reduced_at
+
+    def _reduced_after(self, name, at):
+        """True when a reducing collective after line ``at`` takes local ``name``'s value as
+        the test at ``at`` reads it: no assignment of ``name`` stands between them."""
+        lines = self._reduced_lines().get(name)
+        if not lines:
+            return False
+        assigned = [line for (target, _, _, _), line in zip(self._assigns, self._lines) if name in _names(target)]
+        return any(at < r and not any(at < line < r for line in assigned) for r in lines)
 
     def _switch(self, e):
         """True for a parameter of this function whose default is ``True`` or ``False`` and
@@ -1703,6 +1755,47 @@ _GATHERING = {"allgather", "gather", "Allgather", "Gather", "Allgatherv", "Gathe
 _GATHERING_ARG1 = {"all_gather", "all_gather_object", "all_gather_into_tensor"}
 #: the keywords that name a gathering collective's data argument (torch's, mpi4py's)
 _GATHERED_KEYWORDS = {"obj", "tensor", "input_tensor", "sendobj", "sendbuf"}
+
+
+#: collectives that sum (or take the extreme of) every rank's value of their data argument
+#: (the first): the code reduces it because it differs between ranks
+_REDUCING = {"all_reduce", "allreduce", "Allreduce", "reduce", "Reduce", "Iallreduce", "all_reduce_coalesced"}
+
+
+#: the calls that build a reduction's buffer from the values they are handed as they are
+_BUFFER_CALLS = {"tensor", "as_tensor", "array", "asarray", "float", "int", "float64", "float32", "int64"}
+
+
+def _buffer_names(v):
+    """The local names that expression ``v`` holds as elements, as they are: ``n``, ``[n, m]``,
+    ``torch.tensor([n, m])``, ``np.array([n])``; not a value computed from them (``sum(xs)``)."""
+    if v.__class__ is _NAME:
+        return {v.id}
+    if isinstance(v, (ast.List, ast.Tuple)):
+        out = set()
+        for x in v.elts:
+            out |= _buffer_names(x)
+        return out
+    if v.__class__ is _CALL and v.args:
+        d = dotted(v.func)
+        if d and d[-1] in _BUFFER_CALLS:
+            return _buffer_names(v.args[0])
+    return set()
+
+
+def _scalar_subject(e):
+    """The local name condition ``e`` tests against a number (``n == 0``, ``total > 0.5``,
+    ``0 < n``) or by its truth (``n``; ``not`` already taken off), or None."""
+    if e.__class__ is _NAME:
+        return e
+    if isinstance(e, ast.Compare) and len(e.ops) == 1 and not isinstance(e.ops[0], (ast.Is, ast.IsNot, ast.In,
+                                                                                     ast.NotIn)):
+        a, b = e.left, e.comparators[0]
+        for x, c in ((a, b), (b, a)):
+            if x.__class__ is _NAME and isinstance(c, ast.Constant) and isinstance(c.value, (int, float)) and \
+                    not isinstance(c.value, bool):
+                return x
+    return None
 
 
 def _truth_subject(e):

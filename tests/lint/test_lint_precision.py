@@ -5712,3 +5712,54 @@ def test_a_backward_that_reduces_nothing_or_that_every_rank_reaches_is_silent(tm
     src = BACKWARD_UNDER_DDP.replace(*change)
     assert src != BACKWARD_UNDER_DDP
     silent(tmp_path, src.replace("import torch\n", "from contextlib import ExitStack\n\nimport torch\n", 1))
+
+
+#: Prodigy's optimizer step (blind round 11's t01, konstmish/prodigy issue #35): a sum over this
+#: rank's own gradient shards is tested before the code all-reduces it
+REDUCED_AFTER_THE_TEST = """
+import torch
+import torch.distributed as dist
+
+
+def step(params, d_numerator):
+    d_denom = 0.0
+    for p in params:
+        if p.grad is None:
+            continue
+        d_denom += p.grad.abs().sum().item()
+    if d_denom == 0:  # BRANCH
+        return None
+    buf = torch.zeros(2)
+    buf[0] = d_numerator
+    buf[1] = d_denom
+    dist.all_reduce(buf)  # HERE
+    return buf[0] / buf[1]
+"""
+
+
+def test_a_value_the_code_reduces_later_is_rank_local_where_it_is_tested_before(tmp_path):
+    expect(tmp_path, REDUCED_AFTER_THE_TEST, "HK202")
+    # the buffer built inline, the value handed as it is (mpi4py's lowercase allreduce)
+    expect(tmp_path, REDUCED_AFTER_THE_TEST.replace(
+        "    buf = torch.zeros(2)\n    buf[0] = d_numerator\n    buf[1] = d_denom\n    dist.all_reduce(buf)  # HERE\n",
+        "    buf = torch.tensor([d_numerator, d_denom])\n    dist.all_reduce(buf)  # HERE\n"), "HK202")
+
+
+@pytest.mark.parametrize("changes", [
+    # the test moved after the reduction reads the agreed sum
+    [("    if d_denom == 0:  # BRANCH\n        return None\n", ""),
+     ("    return buf[0] / buf[1]\n", "    if buf[1] == 0:\n        return None\n    return buf[0] / buf[1]\n")],
+    # only the size of the buffer, not its data (NeMo's `torch.empty(num_fp8_params)`)
+    [("    buf = torch.zeros(2)\n    buf[0] = d_numerator\n    buf[1] = d_denom\n",
+      "    buf = torch.zeros(int(d_denom > 0) + 1)\n")],
+    # a value computed from it, not the value itself
+    [("    buf[1] = d_denom\n", "    buf[1] = abs(d_denom) + 1.0\n")],
+    # assigned again between the test and the reduction: the value reduced is another one
+    [("    buf[0] = d_numerator\n", "    d_denom = 1.0\n    buf[0] = d_numerator\n")],
+])
+def test_a_value_reduced_only_as_a_size_or_reassigned_before_the_reduction_is_silent(tmp_path, changes):
+    src = REDUCED_AFTER_THE_TEST
+    for old, new in changes:
+        assert old in src
+        src = src.replace(old, new)
+    silent(tmp_path, src)
