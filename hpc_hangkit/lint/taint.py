@@ -200,7 +200,7 @@ class Taint:
         #: from them on the first test read, local name -> the first line that reduces it
         #: (:meth:`_reduced_lines`)
         self._reductions = []
-        self._reduced_at = None
+        self._reduced_at = self._reduced_nodes = None
         self._resized = None
         #: name -> (line after which its length is decided, the count's level) for a list
         #: padded to an agreed count (:func:`_padded_lists`), built on the first trip count asked
@@ -1288,7 +1288,7 @@ class Taint:
                     lv = 1
             if lv == 0 and self._reductions and self._at is not None:
                 x = _scalar_subject(inner)
-                if x is not None and x.id not in self.agreed and self._reduced_after(x.id, self._at):
+                if x is not None and self._reduced_after(x.id, self._at):
                     # `if d_denom == 0: return` before `buf[1] = d_denom; all_reduce(buf)`: the
                     # code sums the value over the ranks because it differs between them
                     lv = 1
@@ -1303,7 +1303,7 @@ class Taint:
             self._reduced_at = {}
             own = self.assigned | self._fn_params
             nodes = self.mod.local.get(id(self.fn))
-            nodes = list(nodes if nodes is not None else walk_local(self.fn))
+            nodes = self._reduced_nodes = list(nodes if nodes is not None else walk_local(self.fn))
             for line, a in self._reductions:
                 fed = set()
                 if a.__class__ is _NAME:
@@ -1323,12 +1323,36 @@ class Taint:
 
     def _reduced_after(self, name, at):
         """True when a reducing collective after line ``at`` takes local ``name``'s value as
-        the test at ``at`` reads it: no assignment of ``name`` stands between them."""
+        the test at ``at`` reads it (no assignment of ``name`` stands between them), and that
+        value is not one every rank holds already: reduced before the test too, or assigned
+        (every assignment that reaches the test) a constant, the number of processes, a
+        collective's answer, a value computed from agreed locals only, or the count of a
+        module-level value (``len(CONFIGS)``)."""
         lines = self._reduced_lines().get(name)
-        if not lines:
+        if not lines or any(r < at for r in lines):
             return False
         assigned = [line for (target, _, _, _), line in zip(self._assigns, self._lines) if name in _names(target)]
-        return any(at < r and not any(at < line < r for line in assigned) for r in lines)
+        if not any(at < r and not any(at < line < r for line in assigned) for r in lines):
+            return False
+        if any(isinstance(n, ast.AugAssign) and n.target.__class__ is _NAME and n.target.id == name
+               for n in self._reduced_nodes):
+            return True  # accumulated (`count += 1`): its own value, whatever it starts from
+        values = self.reaching_values(name, at)
+        return not (values and all(self._held_by_all(v) for v in values))
+
+    def _held_by_all(self, v):
+        """True for a value every rank computes alike (:meth:`_reduced_after`)."""
+        if v.__class__ is ast.Constant or _is_world_size(v):
+            return True
+        if v.__class__ is _CALL:
+            if self.call_kind(v)[0] == "collective":
+                return True
+            f = v.func
+            if f.__class__ is _NAME and f.id == "len" and len(v.args) == 1 and v.args[0].__class__ is _NAME and \
+                    v.args[0].id not in self.assigned and v.args[0].id not in self._fn_params:
+                return True
+        names = names_of(v) - _PURE_NAMES
+        return bool(names) and names <= self.agreed
 
     def _switch(self, e):
         """True for a parameter of this function whose default is ``True`` or ``False`` and
@@ -1762,6 +1786,8 @@ _GATHERED_KEYWORDS = {"obj", "tensor", "input_tensor", "sendobj", "sendbuf"}
 _REDUCING = {"all_reduce", "allreduce", "Allreduce", "reduce", "Reduce", "Iallreduce", "all_reduce_coalesced"}
 
 
+#: builtins whose answer is a function of their arguments alone (:meth:`Taint._held_by_all`)
+_PURE_NAMES = frozenset({"bool", "int", "float", "abs", "round", "len", "sum", "max", "min", "True", "False", "None"})
 #: the calls that build a reduction's buffer from the values they are handed as they are
 _BUFFER_CALLS = {"tensor", "as_tensor", "array", "asarray", "float", "int", "float64", "float32", "int64"}
 

@@ -5743,6 +5743,37 @@ def test_a_value_the_code_reduces_later_is_rank_local_where_it_is_tested_before(
     expect(tmp_path, REDUCED_AFTER_THE_TEST.replace(
         "    buf = torch.zeros(2)\n    buf[0] = d_numerator\n    buf[1] = d_denom\n    dist.all_reduce(buf)  # HERE\n",
         "    buf = torch.tensor([d_numerator, d_denom])\n    dist.all_reduce(buf)  # HERE\n"), "HK202")
+    # the tested tensor reduced in place by torch
+    expect(tmp_path, """
+import torch
+import torch.distributed as dist
+
+
+def norm(grads):
+    total = torch.zeros(())
+    for g in grads:
+        total += g.pow(2).sum()
+    if total == 0:  # BRANCH
+        return 0.0
+    dist.all_reduce(total)  # HERE
+    return total.sqrt()
+""", "HK202")
+    # a count that starts at a constant and is accumulated
+    expect(tmp_path, """
+from mpi4py import MPI
+
+comm = MPI.COMM_WORLD
+
+
+def count_hits(samples, threshold):
+    count = 0
+    for s in samples:
+        if s > threshold:
+            count += 1
+    if count == 0:  # BRANCH
+        return 0
+    return comm.allreduce(count, op=MPI.SUM)  # HERE
+""", "HK202")
 
 
 @pytest.mark.parametrize("changes", [
@@ -5756,6 +5787,14 @@ def test_a_value_the_code_reduces_later_is_rank_local_where_it_is_tested_before(
     [("    buf[1] = d_denom\n", "    buf[1] = abs(d_denom) + 1.0\n")],
     # assigned again between the test and the reduction: the value reduced is another one
     [("    buf[0] = d_numerator\n", "    d_denom = 1.0\n    buf[0] = d_numerator\n")],
+    # a value every rank holds already: agreed first, a constant, the number of processes
+    [("    d_denom = 0.0\n    for p in params:\n        if p.grad is None:\n            continue\n"
+      "        d_denom += p.grad.abs().sum().item()\n",
+      "    t = torch.tensor([float(len(params))])\n    dist.all_reduce(t)\n    d_denom = t.item()\n")],
+    [("    d_denom = 0.0\n    for p in params:\n        if p.grad is None:\n            continue\n"
+      "        d_denom += p.grad.abs().sum().item()\n", "    d_denom = 1.0\n")],
+    [("    d_denom = 0.0\n    for p in params:\n        if p.grad is None:\n            continue\n"
+      "        d_denom += p.grad.abs().sum().item()\n", "    d_denom = dist.get_world_size()\n")],
 ])
 def test_a_value_reduced_only_as_a_size_or_reassigned_before_the_reduction_is_silent(tmp_path, changes):
     src = REDUCED_AFTER_THE_TEST
