@@ -861,6 +861,7 @@ class Project:
         def agreed_value(e):
             # a collective's result, a tree call (decided after propagation), or computed from a
             # local handed to an agreeing collective
+            e = _unnot(e)  # `not verdict`: as agreed as the verdict
             if agreed and e.__class__ is _CALL and e.func.__class__ is _NAME and e.func.id in _PURE_BUILTINS and \
                     e.func.id not in mod.funcs and _agreed_expr(e, agreed, mod.imports):
                 return True  # `any(flags)` of a gathered list
@@ -892,8 +893,8 @@ class Project:
             if not ff.ret_uniform:
                 # a local that only ever holds what tree calls return (`flag = self._sync(f)` ...
                 # `return flag`): as those calls returned directly
-                pend = [g if isinstance(r, ast.Call) else _held_refs(mod, ff, r, nodes) if g is False else None
-                        for r, g in zip(rets, got)]
+                pend = [g if isinstance(_unnot(r), ast.Call) else _held_refs(mod, ff, _unnot(r), nodes)
+                        if g is False else None for r, g in zip(rets, got)]
                 if all(ok or isinstance(g, set) for g, ok in zip(pend, fixed)):
                     # the others are tree calls (`return allreduce_or(timed_out)`): decided after propagation
                     ff.ret_uniform = frozenset().union(*[g for g, ok in zip(pend, fixed) if not ok])
@@ -2775,6 +2776,13 @@ def _targets(n):
     if isinstance(n, ast.withitem):
         return [n.optional_vars] if n.optional_vars is not None else []
     return [n.target]
+
+
+def _unnot(e):
+    """``e`` without a leading ``not`` (the negation of a value is as agreed as the value)."""
+    while e.__class__ is ast.UnaryOp and e.op.__class__ is ast.Not:
+        e = e.operand
+    return e
 
 
 def _held_refs(mod, ff, e, nodes):

@@ -5600,6 +5600,9 @@ def test_a_tree_calls_agreed_answer_kept_in_a_local_and_returned_is_agreed(tmp_p
         "    flags = [None] * dist.get_world_size()\n"
         "    dist.all_gather_object(flags, bool(flag))\n"
         "    return any(flags)\n"))
+    # the negation of the agreed answer, returned
+    silent(tmp_path, AGREED_KEPT_IN_A_LOCAL.replace("    return any_invalid\n", "    return not any_invalid\n")
+           .replace("    if check_loss(loss):  # BRANCH\n", "    if not check_loss(loss):\n"))
     # a constant starting value before the agreed answer
     silent(tmp_path, AGREED_KEPT_IN_A_LOCAL.replace(
         "    any_invalid = sync_to_skip(flag)\n",
