@@ -19,7 +19,7 @@ from hpc_hangkit.lint.model import FUNC_RANKISH, FUNC_SIZE, FuncFacts, defaults_
 from hpc_hangkit.lint.taint import Taint, agreed_operand, call_kind, collective_aliases, fake_backend, single_process_returns
 from hpc_hangkit.lint.taint import _AGREEING_ARG0, _AGREEING_ARG1, _RETURN_AGREES
 from hpc_hangkit.lint.taint import _is_flag as _flag
-from hpc_hangkit.lint.taint import _EQUAL_COUNT
+from hpc_hangkit.lint.taint import _EQUAL_COUNT, PURE_BUILTINS
 from hpc_hangkit.lint.taint import _first_and_last, _padding
 
 __all__ = ["Project", "call_ref"]
@@ -862,7 +862,7 @@ class Project:
             # a collective's result, a tree call (decided after propagation), or computed from a
             # local handed to an agreeing collective
             e = _unnot(e)  # `not verdict`: as agreed as the verdict
-            if agreed and e.__class__ is _CALL and e.func.__class__ is _NAME and e.func.id in _PURE_BUILTINS and \
+            if agreed and e.__class__ is _CALL and e.func.__class__ is _NAME and e.func.id in PURE_BUILTINS and \
                     e.func.id not in mod.funcs and _agreed_expr(e, agreed, mod.imports):
                 return True  # `any(flags)` of a gathered list
             inner = e.args[0] if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and \
@@ -2361,15 +2361,8 @@ def _agreed_expr(e, agreed, imports=()):
                             skip.add(id(y))
     names = {x.id for x in ast.walk(e) if isinstance(x, ast.Name) and isinstance(x.ctx, ast.Load)
              and id(x) not in skip}
-    names -= _PURE_BUILTINS
+    names -= PURE_BUILTINS
     return names <= agreed
-
-
-#: builtins whose answer is a function of their arguments alone, the same on every rank for
-#: the same arguments (`any(flags)` of an all-gathered list); not `hash` or `id` (per process),
-#: nor `set` (its order follows the process's string hashing)
-_PURE_BUILTINS = frozenset({"bool", "int", "float", "True", "False", "None", "any", "all", "sum", "max", "min",
-                            "len", "abs", "round", "sorted", "tuple", "list"})
 
 
 #: class methods that, by the field's naming, hand back an object of their class (a singleton's

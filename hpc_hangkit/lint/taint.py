@@ -197,8 +197,8 @@ class Taint:
         #: (:data:`_GATHERING`), for :meth:`test_level`; None when none does
         self._gathered_at = None
         #: ``(line, data argument)`` of each reducing collective (:data:`_REDUCING`), and, built
-        #: from them on the first test read, local name -> the first line that reduces it
-        #: (:meth:`_reduced_lines`)
+        #: from them on the first test read, local name -> the lines that reduce it
+        #: (:meth:`_reduced_lines`) and the function's node list
         self._reductions = []
         self._reduced_at = self._reduced_nodes = None
         self._resized = None
@@ -1351,7 +1351,7 @@ class Taint:
             if f.__class__ is _NAME and f.id == "len" and len(v.args) == 1 and v.args[0].__class__ is _NAME and \
                     v.args[0].id not in self.assigned and v.args[0].id not in self._fn_params:
                 return True
-        names = names_of(v) - _PURE_NAMES
+        names = names_of(v) - PURE_BUILTINS
         return bool(names) and names <= self.agreed
 
     def _switch(self, e):
@@ -1786,8 +1786,11 @@ _GATHERED_KEYWORDS = {"obj", "tensor", "input_tensor", "sendobj", "sendbuf"}
 _REDUCING = {"all_reduce", "allreduce", "Allreduce", "reduce", "Reduce", "Iallreduce", "all_reduce_coalesced"}
 
 
-#: builtins whose answer is a function of their arguments alone (:meth:`Taint._held_by_all`)
-_PURE_NAMES = frozenset({"bool", "int", "float", "abs", "round", "len", "sum", "max", "min", "True", "False", "None"})
+#: builtins whose answer is a function of their arguments alone, the same on every rank for
+#: the same arguments (`any(flags)` of an all-gathered list); not `hash` or `id` (per process),
+#: nor `set` (its order follows the process's string hashing)
+PURE_BUILTINS = frozenset({"bool", "int", "float", "True", "False", "None", "any", "all", "sum", "max", "min",
+                           "len", "abs", "round", "sorted", "tuple", "list"})
 #: the calls that build a reduction's buffer from the values they are handed as they are
 _BUFFER_CALLS = {"tensor", "as_tensor", "array", "asarray", "float", "int", "float64", "float32", "int64"}
 
