@@ -893,8 +893,9 @@ class Project:
             if not ff.ret_uniform:
                 # a local that only ever holds what tree calls return (`flag = self._sync(f)` ...
                 # `return flag`): as those calls returned directly
-                pend = [g if isinstance(_unnot(r), ast.Call) else _held_refs(mod, ff, _unnot(r), nodes)
-                        if g is False else None for r, g in zip(rets, got)]
+                bare = [_unnot(r) for r in rets]
+                pend = [g if r.__class__ is _CALL else _held_refs(mod, ff, r, nodes) if g is False else None
+                        for r, g in zip(bare, got)]
                 if all(ok or isinstance(g, set) for g, ok in zip(pend, fixed)):
                     # the others are tree calls (`return allreduce_or(timed_out)`): decided after propagation
                     ff.ret_uniform = frozenset().union(*[g for g, ok in zip(pend, fixed) if not ok])
@@ -2791,12 +2792,11 @@ def _held_refs(mod, ff, e, nodes):
     for n in nodes:
         if n.__class__ not in _BINDERS or e.id not in _rebound((n,)):
             continue
-        if n.__class__ is _ASSIGN and len(n.targets) == 1 and n.targets[0].__class__ is _NAME and \
-                n.value.__class__ is ast.Constant and id(n) in top:
+        plain = n.__class__ is _ASSIGN and len(n.targets) == 1 and n.targets[0].__class__ is _NAME
+        if plain and n.value.__class__ is ast.Constant and id(n) in top:
             starts.append(n.lineno)
             continue
-        if not (n.__class__ is _ASSIGN and len(n.targets) == 1 and n.targets[0].__class__ is _NAME and
-                n.value.__class__ is _CALL):
+        if not (plain and n.value.__class__ is _CALL):
             return None
         ref = call_ref(mod, ff.cls, ff.qualname, n.value)
         if ref is None or _dead_ref(mod, ref):

@@ -307,6 +307,11 @@ def _cond_contexts(exprs):
     return out
 
 
+#: the wrapper a witness names as running its forward (``"forward of DDP"``, ``"loss() (reaches
+#: forward of FSDP)"``)
+_FORWARD_OF = re.compile(r"forward of (\w+)")
+
+
 def _from_forward(walker, e, line, depth=0, seen=None):
     """The module wrapper (``"DDP"``) whose forward value ``e`` (read at ``line`` of the
     walker's function) is computed from: a call in it that reaches a wrapper's forward
@@ -323,9 +328,9 @@ def _from_forward(walker, e, line, depth=0, seen=None):
             f = n.func
             if f.__class__ is ast.Attribute and f.attr == "backward":
                 continue
-            w = walker.witness(n)
-            if w and "forward of " in w:
-                return w[w.index("forward of ") + len("forward of "):].split(")")[0].split(" ")[0]
+            m = _FORWARD_OF.search(walker.witness(n) or "")
+            if m:
+                return m.group(1)
         elif n.__class__ is ast.Name and (n.id, line) not in seen:
             seen.add((n.id, line))
             names.append(n.id)
