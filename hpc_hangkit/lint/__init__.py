@@ -96,10 +96,11 @@ def _jobs(jobs, n):
     return max(1, int(jobs))
 
 
-def _map(func, items, jobs):
+def _map(func, items, jobs, chunksize=None):
     """``func`` over ``items`` in order: in this process (``jobs`` 1) or in ``jobs`` forked
     workers, which see this process's state as it is now (the settings' collectives and
-    rank sources, the project). Yields the results in the order of ``items``."""
+    rank sources, the project), ``chunksize`` items handed to a worker at a time (None: a
+    few chunks per worker). Yields the results in the order of ``items``."""
     import multiprocessing
     if jobs <= 1 or len(items) < 2 or "fork" not in multiprocessing.get_all_start_methods():
         for x in items:
@@ -107,7 +108,9 @@ def _map(func, items, jobs):
         return
     pool = multiprocessing.get_context("fork").Pool(min(jobs, len(items)))
     try:
-        yield from pool.imap(func, items, chunksize=max(1, min(16, len(items) // (8 * jobs))))
+        if chunksize is None:
+            chunksize = max(1, min(16, len(items) // (8 * jobs)))
+        yield from pool.imap(func, items, chunksize=chunksize)
         pool.close()
     except BaseException:
         pool.terminate()
@@ -250,6 +253,7 @@ def _lint(paths, select, ignore, exclude, exclude_roots, jobs, levels, cache_dir
     files = list(iter_files(paths, exclude, exclude_roots))
     asked, jobs = jobs, _jobs(jobs, len(files))
     reach = []
+    sizes = {}
     # the forked workers see it; forgotten when this run ends
     set_tree_names(files)
     cache = None
@@ -264,6 +268,7 @@ def _lint(paths, select, ignore, exclude, exclude_roots, jobs, levels, cache_dir
         mod, foreign, lines = got
         res.files += 1
         res.lines += lines
+        sizes[mod.key] = lines
         project.insert(mod)
         for k, lv in foreign.items():
             if lv > project.foreign.get(k, 0):
@@ -274,8 +279,12 @@ def _lint(paths, select, ignore, exclude, exclude_roots, jobs, levels, cache_dir
     keys = list(dict.fromkeys(mod.key for mod in reach if project.modules.get(mod.key) is mod and (
         mod.has_p2p or any(ff.witness or holds_wrapper(ff) for ff in mod.funcs.values()))))
     _PROJECT = project
+    # the largest modules first, one at a time: no worker is left with a large one at the end
+    largest = sorted(keys, key=lambda k: -sizes.get(k, 0))
     try:
-        for key, found in zip(keys, _map(_check_key, keys, jobs if len(keys) > 1 else 1)):
+        got = dict(zip(largest, _map(_check_key, largest, jobs if len(keys) > 1 else 1, chunksize=1)))
+        for key in keys:
+            found = got.pop(key)
             if isinstance(found, str):
                 res.errors.append((project.modules[key].path, found))
             else:

@@ -15,7 +15,7 @@ import re
 from operator import itemgetter
 
 from hpc_hangkit.lint import collectives as C
-from hpc_hangkit.lint.model import FUNC_RANKISH, FUNC_SIZE, FuncFacts, defaults_of, dotted, module_name, names_of, nodes_of, functions_of, qualify, walk_local, wrapped_at, wrapper_at
+from hpc_hangkit.lint.model import FUNC_SIZE, FuncFacts, rankish_word, defaults_of, dotted, module_name, names_of, nodes_of, functions_of, qualify, walk_local, wrapped_at, wrapper_at
 from hpc_hangkit.lint.taint import Taint, agreed_operand, call_kind, collective_aliases, fake_backend, single_process_returns
 from hpc_hangkit.lint.taint import _AGREEING_ARG0, _AGREEING_ARG1, _RETURN_AGREES
 from hpc_hangkit.lint.taint import _is_flag as _flag
@@ -242,7 +242,7 @@ _GUESSED = ("ncls", "nq")
 #: the open parameters of a function whose every parameter comes from the tree's making
 _NONE = frozenset()
 #: the words classified so far (per process), and those that name what the taint reads
-#: (FUNC_RANKISH) or a size (FUNC_SIZE): a function's words are then matched by set
+#: (rankish_word) or a size (FUNC_SIZE): a function's words are then matched by set
 #: operations, each distinct word by the regular expressions once
 _SEEN_WORDS = set()
 _RANK_WORDS = set()
@@ -250,12 +250,12 @@ _SIZE_WORDS = set()
 
 
 def _extra_rank():
-    """The configured rank sources that FUNC_RANKISH does not match, matched once per settings
+    """The configured rank sources that rankish_word does not match, matched once per settings
     (each file's facts are built by a Project of their own)."""
     global _EXTRA_RANK
     names = C.RANK_NAMES | C.RANK_CALLS
     if _EXTRA_RANK is None or _EXTRA_RANK[0] != names:
-        _EXTRA_RANK = (names, frozenset(n for n in names if not FUNC_RANKISH.search(n)))
+        _EXTRA_RANK = (names, frozenset(n for n in names if not rankish_word(n)))
     return _EXTRA_RANK[1]
 
 
@@ -293,7 +293,7 @@ class Project:
         #: ``param.attr = ...`` in that module (another object's flag: ``trainer.should_stop =
         #: True``); read as ``self.attr`` in a class of the same module named like the receiver
         self.foreign = {}
-        #: configured rank sources that :data:`~hpc_hangkit.lint.model.FUNC_RANKISH` does not match
+        #: configured rank sources that :func:`~hpc_hangkit.lint.model.rankish_word` does not match
         self._extra_rank = None
         #: (module, its imported names of rank-local calls) for the module whose facts are built
         self._local_alias = None
@@ -819,13 +819,11 @@ class Project:
     def _rankish(self, mod, ff):
         """The code of function ``ff`` (its own scope: the words :func:`~hpc_hangkit.lint.model.scopes`
         collected) names something the taint reads a level from
-        (:data:`~hpc_hangkit.lint.model.FUNC_RANKISH`; a size with an emptiness test; a
+        (:func:`~hpc_hangkit.lint.model.rankish_word`; a size with an emptiness test; a
         configured rank source; a name the module imports from a rank-local call or module
         under another spelling: ``from time import perf_counter as clock``, ``from random
         import choice``). Each distinct word is matched once per process."""
         node = ff.node
-        if ff.qualname == "<module>":
-            return True
         words = mod.words.get(id(node))
         if words is None:
             return True
@@ -834,7 +832,7 @@ class Project:
         # the words not matched before, up to the first that names a rank source
         for w in words - _SEEN_WORDS:
             _SEEN_WORDS.add(w)
-            if FUNC_RANKISH.search(w):
+            if rankish_word(w):
                 _RANK_WORDS.add(w)
                 return True
             if FUNC_SIZE.search(w):
@@ -2552,14 +2550,23 @@ def _equal_count_return(fn, ret):
 
 
 def _local_aliases(mod):
-    """The names ``mod`` imports that a rank-local call is made through (their targets are
-    rank-local calls, or modules or prefixes of them)."""
+    """The names ``mod`` imports that a rank-local call is made through where the call's own
+    spelling does not say so: their targets are rank-local calls (``from time import
+    perf_counter as clock``), under a rank-local prefix (``from random import choice``), or
+    modules holding a rank-local call whose name after the module matches no word of
+    :func:`~hpc_hangkit.lint.model.rankish_word` (``import platform as pf``: ``pf.node()``).
+    ``import torch`` is not one: ``torch.rand(...)`` names ``rand`` itself."""
     global _LOCAL_PARENTS
     if _LOCAL_PARENTS is None or _LOCAL_PARENTS[0] != C.LOCAL_CALLS:
-        # the modules (and their parents) of the rank-local calls: `q` is one when a call's
-        # name starts with `q.`
-        _LOCAL_PARENTS = (frozenset(C.LOCAL_CALLS), frozenset(
-            ".".join(lc.split(".")[:k]) for lc in C.LOCAL_CALLS for k in range(1, lc.count(".") + 1)))
+        # the modules (and their parents) of the rank-local calls that need their alias: `q` is
+        # one when a call's name starts with `q.` and the rest names no rank-local word
+        parents = set()
+        for lc in C.LOCAL_CALLS:
+            parts = lc.split(".")
+            for k in range(1, len(parts)):
+                if not any(rankish_word(w) for w in parts[k:]):
+                    parents.add(".".join(parts[:k]))
+        _LOCAL_PARENTS = (frozenset(C.LOCAL_CALLS), frozenset(parents))
     parents = _LOCAL_PARENTS[1]
     out = []
     for alias, q in mod.imports.items():
@@ -2569,7 +2576,7 @@ def _local_aliases(mod):
     return out
 
 
-#: (the rank-local calls, their modules and parents) for :func:`_local_aliases`
+#: (the rank-local calls, the modules whose alias :func:`_local_aliases` keeps)
 _LOCAL_PARENTS = None
 
 

@@ -27,20 +27,32 @@ RANKISH = re.compile(r"rank|RANK|environ|getenv|PROCID|process_index|is_main|is_
 #: ``is_main``/``is_master``/... tests and their ``main_process`` spellings), the rank-local calls
 #: of :data:`~hpc_hangkit.lint.collectives.LOCAL_CALLS` / ``LOCAL_PREFIXES`` / ``LOCAL_METHODS``
 #: by their module or name (``time``, not ``timeout``; ``stat``, not ``state``; a name imported
-#: under another spelling is checked apart), per-rank data names
-#: (:data:`~hpc_hangkit.lint.collectives.DATAISH`, local parts, samplers) and ``except``
-#: handlers; sizes count with an emptiness test (:data:`FUNC_SIZE`). Rank names outside these
-#: are added from the tables (``Project._extra_rank``).
+#: under another spelling is checked apart), ``except`` handlers, local parts and samplers; per-rank
+#: data names (:data:`~hpc_hangkit.lint.collectives.DATAISH`) are matched apart (:func:`rankish_word`);
+#: sizes count with an emptiness test (:data:`FUNC_SIZE`). Rank names outside these are added
+#: from the tables (``Project._extra_rank``).
 FUNC_RANKISH = re.compile(
     r"rank|RANK|PROCID|procid|proc_id|process_index|environ|getenv|"
     r"is_main|main_process|is_local_main|is_master|is_leader|is_chief|is_primary|global_zero|local_zero|"
     r"is_first|exists|isfile|isdir|listdir|scandir|\b[ir]?glob\b|\bstat\b|access|walk|host|platform|disk_usage|"
     r"getsize|getmtime|psutil|iterdir|is_file|is_dir|\brand|random|\btime\b|perf_counter|monotonic|process_time|"
-    r"time_ns|memory_allocated|memory_reserved|mem_get_info|batch|shard|chunk|sample|files|to_local|"
+    r"time_ns|memory_allocated|memory_reserved|mem_get_info|to_local|"
     r"local_(tensor|data|items|rows)|my_|Sampler|split_dataset|except")
+
+
+def rankish_word(w):
+    """True when word ``w`` of a function (:func:`scopes`) names something the taint reads a
+    level from by its spelling: :data:`FUNC_RANKISH`, or per-rank data by the names the taint
+    reads it from (:data:`~hpc_hangkit.lint.collectives.DATAISH`, ``LOCAL_DATA_METHODS``,
+    ``LOCAL_DATA_CALLS``: ``local_batch``, ``shard``, not ``batch_norm`` or ``upsample``)."""
+    return bool(FUNC_RANKISH.search(w) or C.DATAISH.search(w)) or w in C.LOCAL_DATA_METHODS or \
+        w in C.LOCAL_DATA_CALLS
+
+
 #: sizes are read only by an emptiness test (``x.numel() == 0``, ``x.shape[0] > 0``, ``not
-#: x.size(0)``); the sizes of per-rank data names are covered by their names above
-FUNC_SIZE = re.compile(r"numel|nelement|shape|size|count_nonzero|__len__")
+#: x.size(0)``), and only these spellings (``batch_size`` is not a size read); the sizes of
+#: per-rank data names are covered by their names above
+FUNC_SIZE = re.compile(r"^(numel|nelement|shape|size|count_nonzero|__len__)$")
 _IGNORE = re.compile(r"#\s*hangkit:(.*)$")
 #: what may follow ``# hangkit: ignore``: nothing (or another comment), or ``[CODES]``
 _IGNORE_ALL = re.compile(r"^\s*ignore\s*(#.*)?$")
@@ -569,6 +581,8 @@ def walk_local(node):
 
 
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
+_COMPARE_T = ast.Compare
+_NUMBER_T = (int, float)
 _FUNC_T = frozenset(_FUNCS)
 _OPAQUE_T = frozenset((ast.Lambda, ast.ClassDef))
 _IMPORT_T = frozenset((ast.Import, ast.ImportFrom))
@@ -642,7 +656,7 @@ def scopes(tree):
     own scope; lambda and class bodies to no scope, their methods to their own). Its words are
     what the taint can read a level from by spelling: names, attributes, parameters, short
     string constants, ``"except"`` for a handler, ``"raise"`` for a raise, ``"not"`` and ``"0"`` (a ``not`` or a
-    constant 0 or 1, the makings of an emptiness test)."""
+    comparison with a constant 0 or 1, the makings of an emptiness test)."""
     local = {id(tree): []}
     words = {id(tree): set()}
     imports = []
@@ -690,8 +704,8 @@ def scopes(tree):
                         if x.__class__ is str:
                             if len(x) < 40:
                                 ws.add(x)
-                        elif x.__class__ is int and (x == 0 or x == 1):
-                            ws.add("0")
+                        elif (x == 0 or x == 1) and node.__class__ is _COMPARE_T and x.__class__ in _NUMBER_T:
+                            ws.add("0")  # a comparison with 0 or 1, not `x.size(0)` or `xs[1]`
                 elif a is _SKIP:
                     continue
                 elif a is _FUNC_A:

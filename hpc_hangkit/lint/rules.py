@@ -395,7 +395,10 @@ def _calls_in(exprs):
 
 
 class _Walker:
-    def __init__(self, project, mod, ff, out):
+    def __init__(self, project, mod, ff, out, fixed=None):
+        """``fixed``: class name -> :meth:`_fixed_attrs` of that class, shared by the walkers
+        of one module (each class's methods walked once, not once per method that reaches a
+        collective)."""
         self.project = project
         self.mod = mod
         self.ff = ff
@@ -416,7 +419,7 @@ class _Walker:
         self.members_only = 0
         #: the sides of the enclosing ``if`` tests of fixed values (:func:`_side`) the walk is on
         self.sides = ()
-        self._fixed = None
+        self._fixed = fixed if fixed is not None else {}
         #: ids of the calls under `no_sync()`, and each backward call's answer by id, built on
         #: the first `.backward(...)` asked about (:meth:`_backward`)
         self._quiet = self._backwards = None
@@ -1165,10 +1168,12 @@ class _Walker:
     def _fixed_attrs(self):
         """The ``self.x`` of this method's class that only its ``__init__`` assigns (settings
         fixed for the object's life: Lightning's ``self._state_dict_type``), as ``"self.x"``
-        strings; built once. Empty outside a class, or for a class without ``__init__`` here."""
-        if self._fixed is None:
+        strings; built once per class of the module. Empty outside a class, or for a class without
+        ``__init__`` here."""
+        cls = self.ff.cls
+        got = self._fixed.get(cls)
+        if got is None:
             init, other = set(), set()
-            cls = self.ff.cls
             for ff in self.mod.funcs.values() if cls else ():
                 if ff.cls != cls or ff.node is None or not ff.qualname.startswith(cls + "."):
                     continue
@@ -1177,8 +1182,8 @@ class _Walker:
                     if isinstance(n, ast.Attribute) and isinstance(n.ctx, (ast.Store, ast.Del)) and \
                             isinstance(n.value, ast.Name) and n.value.id == "self":
                         into.add("self." + n.attr)
-            self._fixed = frozenset(init - other)
-        return self._fixed
+            got = self._fixed[cls] = frozenset(init - other)
+        return got
 
     def _through(self, stmts, before):
         """The early exits that matter after block ``stmts`` (just walked; ``before``: the exits
@@ -1888,11 +1893,12 @@ def check_module(project, mod):
     """Findings of every function of ``mod`` (its tree must be loaded; facts propagated),
     ``# hangkit: ignore`` comments applied (on the collective's line or the branch's)."""
     out = []
+    fixed = {}
     for ff in mod.funcs.values():
         # every rule is about a collective the function reaches, or its own point-to-point
         # calls: a function with neither has nothing to report (nested functions are their own)
         if ff.witness or ff.p2p or holds_wrapper(ff):
-            _Walker(project, mod, ff, out).walk()
+            _Walker(project, mod, ff, out, fixed).walk()
     kept = [f for f in out if not (mod.ignored(f.line, f.code) or mod.ignored(f.related_line, f.code)
                                    or _ignored_at_collective(project, f))]
     return merge_by_branch(kept, mod)
