@@ -178,7 +178,7 @@ def _check_key(key):
     for qual, cls, node in functions_of(fresh.tree):
         if qual in mod.funcs:
             mod.funcs[qual].node = node
-    mod.tree, mod.lines, mod.local = fresh.tree, fresh.lines, fresh.local
+    mod.tree, mod.lines, mod.local, mod.words = fresh.tree, fresh.lines, fresh.local, fresh.words
     try:
         return check_module(_PROJECT, mod)
     except RecursionError:

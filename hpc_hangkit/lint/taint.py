@@ -1113,7 +1113,7 @@ class Taint:
                 self._inner_loop(line, at), ())):
             return False
         if self._dom is None:
-            self._dom = _dominance(self.fn, self._flags())
+            self._dom = _dominance(self.fn, self._flags(), self.mod.words.get(id(self.fn)))
         paths, _, owners = self._dom
         p, q = paths.get(line), paths.get(at)
         if p is None or q is None:
@@ -1136,7 +1136,7 @@ class Taint:
         ``line``, or, for an assignment later in a loop around both (the previous iteration's
         value), inside that loop."""
         if self._dom is None:
-            self._dom = _dominance(self.fn, self._flags())
+            self._dom = _dominance(self.fn, self._flags(), self.mod.words.get(id(self.fn)))
         paths, killers, _ = self._dom
         read = paths.get(at)
         if read is None:
@@ -2065,17 +2065,18 @@ def _bind_reads(e, bound, out):
         stack.extend(ast.iter_child_nodes(n))
 
 
-def _dominance(fn, flags=()):
+def _dominance(fn, flags=(), words=None):
     """``(paths, killers, owners)`` for function ``fn``: ``paths`` maps the first line of each statement
     (the outermost one starting there) to its block path, a tuple of ``(id of the enclosing
     statement list, index in it)`` from the body down; ``killers`` maps each name to the
     ``(line, block path)`` of its plain assignments (``x = ...``, ``x: T = ...``, a tuple of
-    names), nested functions and classes left out."""
+    names), nested functions and classes left out. ``words``: the function's words
+    (:func:`~hpc_hangkit.lint.model.scopes`), or None."""
     paths, killers, owners = {}, {}, {}
     body = getattr(fn, "body", None)
     if not isinstance(body, list):
         return paths, killers, owners
-    sizes = world_locals(fn)
+    sizes = world_locals(fn, words)
     stack = [(body, ())]
     while stack:
         stmts, prefix = stack.pop()
@@ -2908,10 +2909,13 @@ def _flag_assigns(stmts, multi, ok, trues):
             _flag_assigns(h.body, multi, ok, trues)
 
 
-def world_locals(fn):
+def world_locals(fn, words=None):
     """The local names of function ``fn`` whose every assignment is a plain ``x =
     <...>.get_world_size(...)`` (or ``Get_size()``): they hold the number of processes, the
-    same on every rank (``ws = idist.get_world_size()``)."""
+    same on every rank (``ws = idist.get_world_size()``). ``words``: the function's words
+    (:func:`~hpc_hangkit.lint.model.scopes`): none of those calls named, none is looked for."""
+    if words is not None and words.isdisjoint(_WORLD_SIZE_CALLS):
+        return frozenset()
     good, bad = set(), set()
     for n in walk_local(fn):
         if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) and \
@@ -2967,10 +2971,14 @@ def _is_dist_flag(e):
     return bool(d) and d[-1] in ("distributed", "is_distributed", "use_distributed", "ddp", "use_ddp")
 
 
+#: the calls whose answer is the number of processes
+_WORLD_SIZE_CALLS = frozenset(("get_world_size", "Get_size", "get_mpi_size"))
+
+
 def _is_world_size(e):
     if isinstance(e, ast.Call):
         d = dotted(e.func)
-        return bool(d) and d[-1] in ("get_world_size", "Get_size", "get_mpi_size")
+        return bool(d) and d[-1] in _WORLD_SIZE_CALLS
     if isinstance(e, ast.Name):
         return e.id in _PROC_COUNTS or e.id == "size"
     d = dotted(e)
