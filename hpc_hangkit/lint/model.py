@@ -12,7 +12,7 @@ from hpc_hangkit.lint import collectives as C
 
 __all__ = ["ModuleFacts", "FuncFacts", "module_name", "load_module", "dotted", "qualify", "walk_local", "scopes",
            "nodes_of", "names_of", "defaults_of",
-           "parse_ignores", "functions_of", "enclosing_chain", "FUNC_SIZE"]
+           "parse_ignores", "functions_of", "enclosing_chain", "FUNC_SIZE", "rankish_word", "size_of", "SIZE_METHODS"]
 
 #: a module whose text matches none of these holds no rank-dependent or rank-local value
 RANKISH = re.compile(r"rank|RANK|environ|getenv|PROCID|process_index|is_main|is_local_main|global_zero|is_master|"
@@ -23,7 +23,7 @@ RANKISH = re.compile(r"rank|RANK|environ|getenv|PROCID|process_index|is_main|is_
 #: parameters, ``self`` attributes or callees carry is added later): its facts need no
 #: :class:`~hpc_hangkit.lint.taint.Taint`. Every name the taint reads a level from by its own
 #: spelling is covered, and little else (a quarter of torch's functions name ``size`` or
-#: ``node`` without holding a rank-local value): the rank (``rank``, the environment,
+#: ``node`` without holding a rank-local value): the rank (``rank``, the environment's rank keys,
 #: ``is_main``/``is_master``/... tests and their ``main_process`` spellings), the rank-local calls
 #: of :data:`~hpc_hangkit.lint.collectives.LOCAL_CALLS` / ``LOCAL_PREFIXES`` / ``LOCAL_METHODS``
 #: by their module or name (``time``, not ``timeout``; ``stat``, not ``state``; a name imported
@@ -32,9 +32,9 @@ RANKISH = re.compile(r"rank|RANK|environ|getenv|PROCID|process_index|is_main|is_
 #: sizes count with an emptiness test (:data:`FUNC_SIZE`). Rank names outside these are added
 #: from the tables (``Project._extra_rank``).
 FUNC_RANKISH = re.compile(
-    r"rank|RANK|PROCID|procid|proc_id|process_index|environ|getenv|"
+    r"rank|RANK|PROCID|procid|proc_id|process_index|"
     r"is_main|main_process|is_local_main|is_master|is_leader|is_chief|is_primary|global_zero|local_zero|"
-    r"is_first|exists|isfile|isdir|listdir|scandir|\b[ir]?glob\b|\bstat\b|access|walk|host|platform|disk_usage|"
+    r"is_first|exists|isfile|isdir|listdir|scandir|\b[ir]?glob\b|\bstat\b|\baccess\b|\bwalk\b|host|platform|disk_usage|"
     r"getsize|getmtime|psutil|iterdir|is_file|is_dir|\brand|random|\btime\b|perf_counter|monotonic|process_time|"
     r"time_ns|memory_allocated|memory_reserved|mem_get_info|to_local|"
     r"local_(tensor|data|items|rows)|my_|Sampler|split_dataset|except")
@@ -44,15 +44,33 @@ def rankish_word(w):
     """True when word ``w`` of a function (:func:`scopes`) names something the taint reads a
     level from by its spelling: :data:`FUNC_RANKISH`, or per-rank data by the names the taint
     reads it from (:data:`~hpc_hangkit.lint.collectives.DATAISH`, ``LOCAL_DATA_METHODS``,
-    ``LOCAL_DATA_CALLS``: ``local_batch``, ``shard``, not ``batch_norm`` or ``upsample``)."""
+    ``LOCAL_DATA_CALLS``: ``local_batch``, ``shard``, not ``batch_norm`` or ``upsample``), or a
+    rank variable of the environment by its key (``RANK_ENV``: an environment read is rank-dependent
+    only by a constant key, a string word of the function)."""
     return bool(FUNC_RANKISH.search(w) or C.DATAISH.search(w)) or w in C.LOCAL_DATA_METHODS or \
-        w in C.LOCAL_DATA_CALLS
+        w in C.LOCAL_DATA_CALLS or w in C.RANK_ENV
 
 
 #: sizes are read only by an emptiness test (``x.numel() == 0``, ``x.shape[0] > 0``, ``not
 #: x.size(0)``), and only these spellings (``batch_size`` is not a size read); the sizes of
 #: per-rank data names are covered by their names above
 FUNC_SIZE = re.compile(r"^(numel|nelement|shape|size|count_nonzero|__len__)$")
+SIZE_METHODS = {"numel", "nelement", "__len__", "count_nonzero"}
+
+
+def size_of(e):
+    """True for the size of an array or tensor: ``x.numel()``, ``x.shape[0]``, ``x.size(0)``,
+    ``x.size``. ``len(x)`` is not: on real code it is mostly the length of a list every rank
+    built alike (parameter groups, buckets), and it raised the false alarms on the measured
+    projects (docs/lint-measured.md)."""
+    if e.__class__ is ast.Call:
+        f = e.func
+        return f.__class__ is ast.Attribute and (f.attr in SIZE_METHODS or (f.attr == "size" and bool(e.args)))
+    if e.__class__ is ast.Subscript and e.value.__class__ is ast.Attribute and e.value.attr == "shape":
+        return True
+    return e.__class__ is ast.Attribute and e.attr == "size"
+
+
 _IGNORE = re.compile(r"#\s*hangkit:(.*)$")
 #: what may follow ``# hangkit: ignore``: nothing (or another comment), or ``[CODES]``
 _IGNORE_ALL = re.compile(r"^\s*ignore\s*(#.*)?$")
@@ -655,8 +673,8 @@ def scopes(tree):
     yields for it that are of a type in :data:`KEPT` (a nested function's body belongs to its
     own scope; lambda and class bodies to no scope, their methods to their own). Its words are
     what the taint can read a level from by spelling: names, attributes, parameters, short
-    string constants, ``"except"`` for a handler, ``"raise"`` for a raise, ``"not"`` and ``"0"`` (a ``not`` or a
-    comparison with a constant 0 or 1, the makings of an emptiness test)."""
+    string constants, ``"except"`` for a handler that binds or leaves (:func:`_handler_acts`), ``"raise"`` for a raise, ``"not"`` and ``"0"`` (a ``not`` of a
+    size, :func:`size_of`, or a size compared with a constant 0 or 1: the makings of an emptiness test)."""
     local = {id(tree): []}
     words = {id(tree): set()}
     imports = []
@@ -704,8 +722,9 @@ def scopes(tree):
                         if x.__class__ is str:
                             if len(x) < 40:
                                 ws.add(x)
-                        elif (x == 0 or x == 1) and node.__class__ is _COMPARE_T and x.__class__ in _NUMBER_T:
-                            ws.add("0")  # a comparison with 0 or 1, not `x.size(0)` or `xs[1]`
+                        elif (x == 0 or x == 1) and node.__class__ is _COMPARE_T and x.__class__ in _NUMBER_T and \
+                                size_of(node.left):
+                            ws.add("0")  # a size compared with 0 or 1, not `x.size(0)` or `xs[1]`
                 elif a is _SKIP:
                     continue
                 elif a is _FUNC_A:
@@ -717,13 +736,26 @@ def scopes(tree):
                     imports.append(c)
                     push(c)
                 elif ws is not None and a in _WORD_OF:
-                    # an argument's name, a `not`, a handler, a raise
-                    ws.add(c.arg if a is _ARG else _WORD_OF[a])
+                    # an argument's name, a `not` of a size, a handler that sets or leaves, a raise
+                    if (a is not _NOT_A or size_of(node.operand)) and (a is not _HANDLER or _handler_acts(c)):
+                        ws.add(c.arg if a is _ARG else _WORD_OF[a])
                     if a is _HANDLER or a is _RAISE:
                         push(c)
                 elif a is _HANDLER or a is _RAISE:
                     push(c)
     return local, imports, words
+
+
+#: what a statement in an ``except`` handler does that the taint gives the handler's level to
+_HANDLER_ACTS = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.NamedExpr, ast.For, ast.AsyncFor, ast.With,
+                 ast.AsyncWith, ast.Return, ast.Break, ast.Continue, ast.Yield, ast.YieldFrom, ast.comprehension)
+
+
+def _handler_acts(handler):
+    """True when ``except`` handler ``handler`` binds a name, returns, yields or leaves a loop:
+    what the taint reads a rank-local level onto (``except OSError: ok = False``); a handler
+    that only logs, passes or raises again gives the function no rank-local value."""
+    return any(isinstance(n, _HANDLER_ACTS) for st in handler.body for n in ast.walk(st))
 
 
 def _resolve_relative(modname, is_package, level, target):

@@ -17,7 +17,9 @@ import bisect
 import re
 
 from hpc_hangkit.lint import collectives as C
+from hpc_hangkit.lint.model import SIZE_METHODS as _SIZE_METHODS
 from hpc_hangkit.lint.model import _NOT_CHILD, _params, defaults_of, dotted, names_of, nodes_of, qualify, walk_local
+from hpc_hangkit.lint.model import size_of as _size_of
 
 __all__ = ["Taint", "call_kind", "fake_backend", "mentions_membership", "single_process", "RANK_DEPENDENT", "RANK_LOCAL",
            "CLEAN"]
@@ -1743,7 +1745,6 @@ def _nan_loss(e):
 _PLACE_CALLS = {"to", "cuda", "set_device", "device", "pin_memory", "to_empty"}
 #: attributes of a progress bar that count what it displayed (tqdm's ``n``)
 _BAR_COUNTERS = {"n", "last_print_n"}
-_SIZE_METHODS = {"numel", "nelement", "__len__", "count_nonzero"}
 _FLAG = re.compile(r"^(is_|rank_is_|has_|should_|use_|if_|on_)")
 
 
@@ -1756,19 +1757,6 @@ def _is_flag(e):
         e = e.func
     d = dotted(e)
     return bool(d) and bool(_FLAG.match(d[-1]))
-
-
-def _size_of(e):
-    """True for the size of an array or tensor: ``x.numel()``, ``x.shape[0]``, ``x.size(0)``,
-    ``x.size``. ``len(x)`` is not: on real code it is mostly the length of a list every rank
-    built alike (parameter groups, buckets), and it raised the false alarms on the measured
-    projects (docs/lint-measured.md)."""
-    if isinstance(e, ast.Call):
-        f = e.func
-        return isinstance(f, ast.Attribute) and (f.attr in _SIZE_METHODS or (f.attr == "size" and bool(e.args)))
-    if isinstance(e, ast.Subscript) and isinstance(e.value, ast.Attribute) and e.value.attr == "shape":
-        return True
-    return isinstance(e, ast.Attribute) and e.attr == "size"
 
 
 #: collectives that collect every rank's value of their data argument (the first; torch's
