@@ -673,8 +673,9 @@ def scopes(tree):
     yields for it that are of a type in :data:`KEPT` (a nested function's body belongs to its
     own scope; lambda and class bodies to no scope, their methods to their own). Its words are
     what the taint can read a level from by spelling: names, attributes, parameters, short
-    string constants, ``"except"`` for a handler that binds or leaves (:func:`_handler_acts`), ``"raise"`` for a raise, ``"not"`` and ``"0"`` (a ``not`` of a
-    size, :func:`size_of`, or a size compared with a constant 0 or 1: the makings of an emptiness test)."""
+    string constants, ``"except"`` for a handler that binds or leaves (:func:`_handler_acts`),
+    ``"raise"`` for a raise, ``"not"`` and ``"0"`` (a ``not`` of a size, :func:`size_of`, or a
+    size compared with a constant 0 or 1: the makings of an emptiness test)."""
     local = {id(tree): []}
     words = {id(tree): set()}
     imports = []
