@@ -496,9 +496,8 @@ class Project:
                 ff.marked = True
         if C.configured_method(mod.name, ff.qualname):
             ff.marked = True
-        # no rank source anywhere in the module (or in the function's own text): nothing here can
-        # return one by itself
-        tainted = mod.rankish and self._rankish(mod, ff)
+        # no rank source in the function's own words: nothing here can return one by itself
+        tainted = self._rankish(mod, ff)
         # built on the first read that needs it (many functions only call builtins and return
         # nothing): its levels depend only on the function's tree and the module's imports
         taint = None

@@ -14,10 +14,6 @@ __all__ = ["ModuleFacts", "FuncFacts", "module_name", "load_module", "dotted", "
            "nodes_of", "names_of", "defaults_of",
            "parse_ignores", "functions_of", "enclosing_chain", "FUNC_SIZE", "rankish_word", "size_of", "SIZE_METHODS"]
 
-#: a module whose text matches none of these holds no rank-dependent or rank-local value
-RANKISH = re.compile(r"rank|RANK|environ|getenv|PROCID|process_index|is_main|is_local_main|global_zero|is_master|"
-                     r"is_leader|exists|isfile|isdir|listdir|scandir|glob|random|rand|cuda|time|batch|shard|chunk|"
-                     r"sample|dataset|loader|inputs|records|rows|files|data|except")
 #: a function whose own words (:func:`scopes`: its names, attributes, parameters, short strings)
 #: match none of these holds no rank-dependent or rank-local value by itself (what its
 #: parameters, ``self`` attributes or callees carry is added later): its facts need no
@@ -368,7 +364,7 @@ class ModuleFacts:
     ``self.attr`` assignments), ``ignores`` (line -> set of codes, ``"*"`` for all), ``lines``."""
 
     __slots__ = ("path", "key", "name", "imports", "stars", "funcs", "bases", "attr_levels", "ignores", "bad_ignores", "lines",
-                 "tree", "is_package", "has_p2p", "local", "rankish", "attr_types", "collective_attrs",
+                 "tree", "is_package", "has_p2p", "local", "attr_types", "collective_attrs",
                  "attr_agreed", "words", "comm_receivers", "flag_cache", "abort_hook", "aliases", "attr_counts")
 
     def __init__(self, path, name, tree, text, is_package=False):
@@ -399,8 +395,6 @@ class ModuleFacts:
         self.ignores = parse_ignores(self.lines, self.bad_ignores) if "hangkit" in text else {}
         self.is_package = is_package
         self.has_p2p = False
-        #: the text names something rank-dependent or rank-local at all (else no value in it can be)
-        self.rankish = bool(RANKISH.search(text))
         #: id(function or module node) -> the nodes that run in its frame (see :func:`scopes`)
         self.local = {}
         #: id(scope) -> the words its code spells (:func:`scopes`)

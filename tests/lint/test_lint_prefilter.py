@@ -3,7 +3,8 @@ the taint reads a level from gets no taint (calls.Project._rankish), and a funct
 name no world-size call has no world-size locals (taint.world_locals). Every program of the
 rule and precision tests and of the corpus gives the same findings with both shortcuts turned
 off; and the spellings the word tests narrowed to are still read through a helper (torch's
-random numbers under `import torch`, a renamed clock, a per-rank batch by its name)."""
+random numbers under `import torch`, a renamed clock, a per-rank batch by its name, the host's
+name in a module that names nothing else rank-local)."""
 import os
 import shutil
 import textwrap
@@ -76,6 +77,30 @@ def over(start, limit):
 def sync(t, start, limit):
     if over(start, limit):  # BRANCH
         dist.all_reduce(t)  # HERE
+"""),
+    # a module whose text names no rank source but the host: no gate on the module's text
+    # (before stop 43 one left these two silent)
+    "the_host_name_through_a_helper": ("HK201", """
+import socket
+import torch.distributed as dist
+
+def on_head():
+    return socket.gethostname() == "gpu01"
+
+def sync():
+    if on_head():  # BRANCH
+        dist.barrier()  # HERE
+"""),
+    "an_aliased_module_whose_call_names_nothing_rank_local": ("HK201", """
+import platform as pf
+import torch.distributed as dist
+
+def on_head():
+    return pf.node() == "gpu01"
+
+def sync():
+    if on_head():  # BRANCH
+        dist.barrier()  # HERE
 """),
     "a_per_rank_batch_by_its_name": ("HK201", """
 import torch.distributed as dist
