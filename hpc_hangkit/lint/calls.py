@@ -15,7 +15,7 @@ import re
 from operator import itemgetter
 
 from hpc_hangkit.lint import collectives as C
-from hpc_hangkit.lint.model import FUNC_SIZE, FuncFacts, rankish_word, defaults_of, dotted, module_name, names_of, nodes_of, functions_of, qualify, walk_local, wrapped_at, wrapper_at
+from hpc_hangkit.lint.model import FuncFacts, rankish_word, defaults_of, dotted, module_name, names_of, nodes_of, functions_of, qualify, walk_local, wrapped_at, wrapper_at
 from hpc_hangkit.lint.taint import Taint, agreed_operand, call_kind, collective_aliases, fake_backend, single_process_returns
 from hpc_hangkit.lint.taint import _AGREEING_ARG0, _AGREEING_ARG1, _RETURN_AGREES
 from hpc_hangkit.lint.taint import _is_flag as _flag
@@ -242,11 +242,10 @@ _GUESSED = ("ncls", "nq")
 #: the open parameters of a function whose every parameter comes from the tree's making
 _NONE = frozenset()
 #: the words classified so far (per process), and those that name what the taint reads
-#: (rankish_word) or a size (FUNC_SIZE): a function's words are then matched by set
-#: operations, each distinct word by the regular expressions once
+#: (rankish_word): a function's words are then matched by set operations, each distinct word
+#: by the regular expressions once
 _SEEN_WORDS = set()
 _RANK_WORDS = set()
-_SIZE_WORDS = set()
 
 
 def _extra_rank():
@@ -826,18 +825,14 @@ class Project:
         words = mod.words.get(id(node))
         if words is None:
             return True
-        if not words.isdisjoint(_RANK_WORDS):
-            return True
+        if not words.isdisjoint(_RANK_WORDS) or "0" in words or "not" in words:
+            return True  # `0` and `not`: an emptiness test (scopes spells them only for a size)
         # the words not matched before, up to the first that names a rank source
         for w in words - _SEEN_WORDS:
             _SEEN_WORDS.add(w)
             if rankish_word(w):
                 _RANK_WORDS.add(w)
                 return True
-            if FUNC_SIZE.search(w):
-                _SIZE_WORDS.add(w)
-        if ("0" in words or "not" in words) and not words.isdisjoint(_SIZE_WORDS):
-            return True
         if self._extra_rank is None:
             self._extra_rank = _extra_rank()
         if not words.isdisjoint(self._extra_rank):

@@ -12,7 +12,7 @@ from hpc_hangkit.lint import collectives as C
 
 __all__ = ["ModuleFacts", "FuncFacts", "module_name", "load_module", "dotted", "qualify", "walk_local", "scopes",
            "nodes_of", "names_of", "defaults_of",
-           "parse_ignores", "functions_of", "enclosing_chain", "FUNC_SIZE", "rankish_word", "size_of", "SIZE_METHODS"]
+           "parse_ignores", "functions_of", "enclosing_chain", "rankish_word", "size_of", "SIZE_METHODS"]
 
 #: a function whose own words (:func:`scopes`: its names, attributes, parameters, short strings)
 #: match none of these holds no rank-dependent or rank-local value by itself (what its
@@ -25,8 +25,8 @@ __all__ = ["ModuleFacts", "FuncFacts", "module_name", "load_module", "dotted", "
 #: by their module or name (``time``, not ``timeout``; ``stat``, not ``state``; a name imported
 #: under another spelling is checked apart), ``except`` handlers, local parts and samplers; per-rank
 #: data names (:data:`~hpc_hangkit.lint.collectives.DATAISH`) are matched apart (:func:`rankish_word`);
-#: sizes count with an emptiness test (:data:`FUNC_SIZE`). Rank names outside these are added
-#: from the tables (``Project._extra_rank``).
+#: sizes count with an emptiness test (:func:`size_of`; the words ``0`` and ``not`` of
+#: :func:`scopes`). Rank names outside these are added from the tables (``Project._extra_rank``).
 FUNC_RANKISH = re.compile(
     r"rank|RANK|PROCID|procid|proc_id|process_index|"
     r"is_main|main_process|is_local_main|is_master|is_leader|is_chief|is_primary|global_zero|local_zero|"
@@ -47,10 +47,7 @@ def rankish_word(w):
         w in C.LOCAL_DATA_CALLS or w in C.RANK_ENV
 
 
-#: sizes are read only by an emptiness test (``x.numel() == 0``, ``x.shape[0] > 0``, ``not
-#: x.size(0)``), and only these spellings (``batch_size`` is not a size read); the sizes of
-#: per-rank data names are covered by their names above
-FUNC_SIZE = re.compile(r"^(numel|nelement|shape|size|count_nonzero|__len__)$")
+#: the methods whose answer is a size (:func:`size_of`)
 SIZE_METHODS = {"numel", "nelement", "__len__", "count_nonzero"}
 
 
