@@ -26,8 +26,8 @@ def _codes(values):
               "relative to the current directory or to the pyproject.toml's (tests/data/*). Applies to "
               "files named on the command line too.")
 @click.option("--jobs", type=click.IntRange(min=1), default=None, metavar="N",
-              help="Worker processes for parsing and checking files (default: the usable cores when there "
-              "are 200 files or more, else 1). The findings do not depend on it.")
+              help="Processes that parse and check the files, this one included (default: the usable cores "
+              "when there are 200 files or more, else 1). The findings do not depend on it.")
 @click.option("--cache-dir", type=click.Path(), default=None, metavar="DIR",
               help="Keep each file's indexed facts here, so that a file unchanged since an earlier run "
               "(same lint, settings and set of files) is not parsed again (default: "

@@ -40,9 +40,9 @@ def lint_paths(paths, *, select=None, ignore=None, exclude=(), collectives=(), r
     directory of its pyproject.toml); a file given by name is left out too; ``collectives``:
     extra collective names (see :func:`hpc_hangkit.lint.collectives.extend`); ``rank_sources``:
     extra names of calls/attributes whose value is the rank (see
-    :func:`hpc_hangkit.lint.collectives.extend_rank_sources`); ``jobs``: worker processes for
-    the per-file phases (parsing and indexing each file, checking each module that reaches a
-    collective); None: the usable cores, and one process for fewer than
+    :func:`hpc_hangkit.lint.collectives.extend_rank_sources`); ``jobs``: processes for the
+    per-file phases (parsing and indexing each file, checking each module that reaches a
+    collective), this one and ``jobs - 1`` forked workers; None: the usable cores, and one process for fewer than
     :data:`PARALLEL_MIN_FILES` files. The result does not depend on ``jobs``. ``level``: the
     least certain level reported (:data:`hpc_hangkit.lint.rules.LEVELS`: ``"error"``,
     ``"warning"``, ``"note"``); the findings below it are only counted (``LintResult.below``).
@@ -96,27 +96,103 @@ def _jobs(jobs, n):
     return max(1, int(jobs))
 
 
-def _map(func, items, jobs, chunksize=None):
-    """``func`` over ``items`` in order: in this process (``jobs`` 1) or in ``jobs`` forked
-    workers, which see this process's state as it is now (the settings' collectives and
-    rank sources, the project), ``chunksize`` items handed to a worker at a time (None: a
-    few chunks per worker). Yields the results in the order of ``items``."""
+def _map(func, items, jobs):
+    """``func`` over ``items``, yielded in the order of ``items``: in this process alone
+    (``jobs`` 1), or here and in ``jobs - 1`` forked workers, which see this process's state
+    as it is now (the settings' collectives and rank sources, the project). Each process takes
+    the next item not yet taken, so a list sorted largest first leaves no process with a large
+    item at the end; this process's own results are not pickled. An exception ``func`` raises
+    in a worker is raised here (``RuntimeError`` with its traceback when it cannot be
+    pickled); a worker that dies raises ``RuntimeError``."""
     import multiprocessing
-    if jobs <= 1 or len(items) < 2 or "fork" not in multiprocessing.get_all_start_methods():
+    import queue
+    n = len(items)
+    if jobs <= 1 or n < 2 or "fork" not in multiprocessing.get_all_start_methods():
         for x in items:
             yield func(x)
         return
-    pool = multiprocessing.get_context("fork").Pool(min(jobs, len(items)))
+    from multiprocessing.connection import wait
+    ctx = multiprocessing.get_context("fork")
+    taken = ctx.RawValue("q", 0)
+    lock = ctx.Lock()
+    out = ctx.Queue()
+
+    def take():
+        with lock:
+            i = taken.value
+            taken.value = i + 1
+        return i
+
+    def work():
+        i = take()
+        while i < n:
+            try:
+                got = (i, True, func(items[i]))
+            except BaseException as e:  # the parent raises it
+                import traceback
+                got = (i, False, e if _picklable(e) else RuntimeError(traceback.format_exc()))
+            out.put(got)
+            if not got[1]:
+                break
+            i = take()
+        out.close()
+        out.join_thread()
+
+    procs = [ctx.Process(target=work, daemon=True) for _ in range(min(jobs, n) - 1)]
+    for p in procs:
+        p.start()
+    done = {}
+    head = 0
+    running = list(procs)
+
+    def drain(block):
+        # the results the workers have sent; ``block``: wait until at least one has come
+        while True:
+            try:
+                i, ok, got = out.get_nowait()
+            except queue.Empty:
+                if not block:
+                    return
+                ready = wait([out._reader] + [p.sentinel for p in running])
+                for p in running[:]:
+                    if p.sentinel in ready:
+                        p.join()
+                        running.remove(p)
+                        if p.exitcode != 0:
+                            raise RuntimeError("a lint worker process died (exit code %s)" % p.exitcode)
+                continue
+            if not ok:
+                raise got
+            done[i] = got
+            block = False
+
     try:
-        if chunksize is None:
-            chunksize = max(1, min(16, len(items) // (8 * jobs)))
-        yield from pool.imap(func, items, chunksize=chunksize)
-        pool.close()
-    except BaseException:
-        pool.terminate()
-        raise
+        while head < n:
+            i = take()
+            if i < n:
+                done[i] = func(items[i])
+                drain(False)
+            else:
+                while head not in done:
+                    drain(True)
+            while head in done:
+                yield done.pop(head)
+                head += 1
     finally:
-        pool.join()
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+            p.join()
+        out.close()
+
+
+def _picklable(obj):
+    import pickle
+    try:
+        pickle.dumps(obj)
+        return True
+    except Exception:
+        return False
 
 
 def _index_file(path, raw=None):
@@ -282,7 +358,7 @@ def _lint(paths, select, ignore, exclude, exclude_roots, jobs, levels, cache_dir
     # the largest modules first, one at a time: no worker is left with a large one at the end
     largest = sorted(keys, key=lambda k: -sizes.get(k, 0))
     try:
-        got = dict(zip(largest, _map(_check_key, largest, jobs if len(keys) > 1 else 1, chunksize=1)))
+        got = dict(zip(largest, _map(_check_key, largest, jobs if len(keys) > 1 else 1)))
         for key in keys:
             found = got.pop(key)
             if isinstance(found, str):
