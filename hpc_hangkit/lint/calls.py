@@ -697,9 +697,14 @@ class Project:
                     kept = [x.value for x in stmts if id(x) not in single]
             self._agreement(mod, ff, kept, attr_vals, agreed, local if local is not None else walk_local(node),
                             taint)
-        for r in rets:
-            if taint is not None:
-                ff.ret_level = max(ff.ret_level, taint.level_at(r, r.lineno))
+        emptied = {taint.emptied_param(r) for r in rets} if taint is not None and rets and \
+            ff.qualname != "<module>" else None
+        if emptied and len(emptied) == 1 and None not in emptied:
+            ff.ret_empty = emptied.pop()  # judged at each call (Taint.test_level), not here
+        else:
+            for r in rets:
+                if taint is not None:
+                    ff.ret_level = max(ff.ret_level, taint.return_level_at(r, r.lineno))
         if rets and not bare and taint is not None and ff.qualname != "<module>" and _falls_off(node.body):
             bare = True  # `if RANK == 0: return path`, then the end: None on the others
         if bare and taint is not None and ff.ret_level < 2 and ff.qualname != "<module>" and any(
@@ -1738,6 +1743,25 @@ class Project:
         if ff is None:
             return 0
         return ff.ret_direct if direct else ff.ret_level
+
+    def emptied_arg(self, mod, cls, call):
+        """For a call of a tree function whose returns all test the emptiness of one parameter
+        (``ret_empty``: ``def empty(x): return x.numel() == 0``), the argument node bound to that
+        parameter; else None (not a tree function, no such return, or no argument bound to it)."""
+        ref = call_ref(mod, cls, "<module>", call)
+        ff = self.resolve(ref)
+        if ff is None or ff.ret_empty is None:
+            return None
+        bound = 1 if ff.cls and ff.params and ff.params[0] in ("self", "cls") and ref[0] != "cls" else 0
+        for i, a in enumerate(call.args):
+            if isinstance(a, ast.Starred):
+                return None
+            if i + bound < len(ff.params) and ff.params[i + bound] == ff.ret_empty:
+                return a
+        for k in call.keywords:
+            if k.arg == ff.ret_empty:
+                return k.value
+        return None
 
     def returning_args(self, mod, cls, call):
         """For a call of a tree function: the argument nodes whose parameters its return values

@@ -1265,6 +1265,27 @@ class Taint:
         """:meth:`test_level` of condition ``e`` read at ``line`` (:meth:`level_at`)."""
         return self._read_at(self.test_level, e, line)
 
+    def return_level_at(self, e, line):
+        """:meth:`level_at` of returned value ``e``; a returned emptiness test of per-process
+        data (``return self.buf.numel() == 0``, :func:`_emptiness`) is read as the condition it is
+        (:meth:`test_level_at`): its callers test it as they would test it written inline (of
+        a parameter: :meth:`emptied_param`)."""
+        if _emptiness(e):
+            return self._read_at(self.test_level, e, line)
+        return self._read_at(self.level, e, line)
+
+    def emptied_param(self, e):
+        """The parameter whose emptiness ``e`` tests (``x.numel() == 0``, ``not x.shape[0]``, with
+        ``x`` a parameter this function never rebinds), else None: returned, such a test is
+        judged at each call, by the argument it is handed (:meth:`test_level`)."""
+        if not _emptiness(e):
+            return None
+        x = _size_receiver(_sized(e))
+        if x.__class__ is _NAME and x.id in self._fn_params and x.id not in self.assigned and \
+                x.id not in C.RANK_NAMES:
+            return x.id
+        return None
+
     def test_level(self, e):
         """Level of a condition: as :meth:`level`, and the truth of per-rank data (``if batch:``,
         ``if not shard:``) is rank-local."""
@@ -1279,9 +1300,13 @@ class Taint:
             if isinstance(inner, (ast.Name, ast.Attribute)) and _data_name(inner) and not self._agreed(inner) and \
                     not self._switch(inner):
                 lv = max(lv, 1)
-            elif lv == 0 and _emptiness(inner) and not self._fed_uniform(inner) and \
-                    not self._gathered_size(inner):
+            elif lv == 0 and _emptiness(inner) and not self._uniform_size(_size_receiver(_sized(inner))):
                 lv = 1
+            elif lv == 0 and inner.__class__ is _CALL and self.project is not None:
+                # `if not empty(x):` with `def empty(x): return x.numel() == 0`: the same test
+                a = self.project.emptied_arg(self.mod, self.cls, inner)
+                if a is not None and not self._uniform_size(a):
+                    lv = 1
             if lv == 0 and self._gathered_at is not None and self._at is not None:
                 x = _truth_subject(inner)
                 if x is not None and self._at < self._gathered_at.get(x.id, 0) and x.id not in self.agreed:
@@ -1529,34 +1554,23 @@ class Taint:
                             self._tables.add(x.value.id)
         return sub.value if sub.value.id in self._tables else None
 
-    def _fed_uniform(self, e):
-        """True when the sized value of emptiness test ``e`` is a parameter that every call in
-        the tree hands something with nothing rank-local in it (a buffer every rank builds
-        alike), through any chain of helpers that hand it on as it is: its emptiness is judged
-        where the value comes from. A parameter that can hold data from outside the tree (of a
-        function no tree code calls, an entry point, directly or through such a chain) keeps the
-        shape's rule."""
-        if isinstance(e, ast.UnaryOp):
-            e = e.operand
-        elif isinstance(e, ast.Compare):
-            e = e.left
-        x = _size_receiver(e)
+    def _uniform_size(self, x):
+        """True when every rank sees the same size of ``x``, the value an emptiness test sizes
+        (:func:`_size_receiver`): a parameter that every call in the tree hands something with
+        nothing rank-local in it (a buffer every rank builds alike), through any chain of helpers
+        that hand it on as it is (its emptiness is judged where the value comes from; a parameter
+        that can hold data from outside the tree, of a function no tree code calls, an entry
+        point, directly or through such a chain, keeps the shape's rule); or a local only ever
+        assigned what a collective returns alike on every rank (:meth:`_gathered`: the
+        all-gathered lengths of every rank's completions)."""
+        if x.__class__ is not _NAME:
+            return False
         facts = self.facts
-        return isinstance(x, ast.Name) and x.id in self._fn_params and x.id not in self.assigned and \
-            facts is not None and facts.open_params is not None and facts.open_params is not True and \
-            x.id not in facts.open_params and \
-            x.id not in C.RANK_NAMES
-
-    def _gathered_size(self, e):
-        """True when the sized value of emptiness test ``e`` is a local only ever assigned what
-        a collective returns alike on every rank (:meth:`_gathered`: the all-gathered lengths
-        of every rank's completions): every rank sees the same size."""
-        if isinstance(e, ast.UnaryOp):
-            e = e.operand
-        elif isinstance(e, ast.Compare):
-            e = e.left
-        x = _size_receiver(e)
-        return isinstance(x, ast.Name) and self._gathered(x.id)
+        if x.id in self._fn_params and x.id not in self.assigned and facts is not None and \
+                facts.open_params is not None and facts.open_params is not True and \
+                x.id not in facts.open_params and x.id not in C.RANK_NAMES:
+            return True
+        return self._gathered(x.id)
 
     def _args_level(self, call):
         lv = 0
@@ -2743,6 +2757,16 @@ def _world_expr(e):
         return bool(d) and d[-1] in ("get_world_size", "Get_size")
     d = dotted(e)
     return bool(d) and bool(_WORLD_RE.search(d[-1]))
+
+
+def _sized(e):
+    """The size that emptiness test ``e`` (:func:`_emptiness`) compares: ``x.numel()`` of
+    ``x.numel() == 0`` and of ``not x.numel()``."""
+    if isinstance(e, ast.UnaryOp):
+        return e.operand
+    if isinstance(e, ast.Compare):
+        return e.left
+    return e
 
 
 def _size_receiver(e):

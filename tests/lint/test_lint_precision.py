@@ -11,6 +11,48 @@ from test_lint_rules import expect, lint_tree, marks, silent
 from testlib import REPO
 
 FLAGGED = {
+    # the emptiness test in a helper is the same test written inline (below), at each call
+    "emptiness_tested_by_a_helper_of_a_parameter_handed_on_from_an_entry_point": ("HK202", """
+import torch.distributed as dist
+
+def empty(x):
+    return x.numel() == 0
+
+def reduce_part(x, t):
+    if empty(x):  # BRANCH
+        return
+    dist.all_reduce(t)  # HERE
+
+def step(x, t):
+    reduce_part(x, t)
+"""),
+    "emptiness_tested_by_a_helper_a_caller_hands_per_rank_data": ("HK201", """
+import os
+import torch
+import torch.distributed as dist
+
+def has_work(x):
+    return not x.shape[0] == 0
+
+def run(path, t):
+    x = torch.tensor([len(n) for n in os.listdir(path)])
+    if has_work(x=x):  # BRANCH
+        dist.all_reduce(t)  # HERE
+"""),
+    "emptiness_of_an_attribute_tested_by_a_method": ("HK201", """
+import torch.distributed as dist
+
+class Bucket:
+    def __init__(self, t):
+        self.items = t
+
+    def is_empty(self):
+        return self.items.numel() == 0
+
+    def flush(self, t):
+        if not self.is_empty():  # BRANCH
+            dist.all_reduce(t)  # HERE
+"""),
     "emptiness_of_a_parameter_handed_on_from_an_entry_point": ("HK202", """
 import torch.distributed as dist
 
@@ -957,6 +999,23 @@ def step(t):
 }
 
 SILENT = {
+    # the helper's emptiness test is judged by what each call hands it: a buffer every rank
+    # builds alike, as the same test written inline in reduce_part would be
+    "emptiness_tested_by_a_helper_of_a_buffer_every_caller_builds_alike": """
+import torch
+import torch.distributed as dist
+
+def empty(x):
+    return x.numel() == 0
+
+def reduce_part(x, t):
+    if empty(x):
+        return
+    dist.all_reduce(t)
+
+def run(t):
+    reduce_part(torch.zeros(3), t)
+""",
     # DDP's join context: a rank that runs out of inputs shadows the others' collectives
     "uneven_inputs_under_a_ddp_join": """
 import torch.distributed as dist
