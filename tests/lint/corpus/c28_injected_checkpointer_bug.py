@@ -4,7 +4,7 @@
 #      ends in a barrier the other ranks never reach.
 # Class: a collective behind a method of an injected object (the class that runs comes from
 #      the configuration: the call is on the base class's name, the override reaches it)
-# expect: HK101 collective=16|32 branch=31
+# expect: HK101 collective=18|34 branch=33
 import deepspeed
 
 
