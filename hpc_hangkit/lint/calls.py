@@ -1010,6 +1010,29 @@ class Project:
                 return hit
         return None
 
+    def _dispatch(self, ff, ref):
+        """The override that a call ``ref`` of method ``ff`` reaches a collective through, when
+        ``ff`` itself reaches none and the receiver's class only an annotation declares
+        (:data:`_DECLARED`): the first by module and name of those that reach one; else None."""
+        if ff is None or ff.witness or ref[0] not in _DECLARED:
+            return None
+        reaching = [o for o in self.overrides(ff) if o.witness]
+        return min(reaching, key=lambda o: (o.module, o.qualname)) if reaching else None
+
+    def dispatched(self, mod, cls, scope, call):
+        """True when ``call`` reaches its collective only through an override's dispatch: the
+        class of its receiver is only declared (:meth:`_dispatch`), or the function it calls
+        reaches it so (``FuncFacts.dispatched``). Such a finding is a configuration's choice,
+        reported at ``note`` level."""
+        ref = call_ref(mod, cls, scope, call)
+        if ref is None:
+            ref = made_ref(mod, cls, scope, call)
+        ff = self.resolve(ref)
+        if self._dispatch(ff, ref) is not None:
+            return True
+        ff = self.callee(mod, cls, scope, call)
+        return ff is not None and ff.dispatched
+
     def overrides(self, ff):
         """The tree methods that override method ``ff`` in the subclasses of its class, at any
         depth (a list; empty for a function that is no method, or a class no tree class
@@ -1187,9 +1210,9 @@ class Project:
                     if ref[0] in _DECLARED:
                         # the object may be of any subclass: what an override reaches, it reaches
                         for o in self.overrides(callee):
-                            callers.setdefault(id(o), []).append((ff, line))
+                            callers.setdefault(id(o), []).append((ff, line, True))
                     callee = self.specialized(callee, ref, info, nodes)
-                    callers.setdefault(id(callee), []).append((ff, line))
+                    callers.setdefault(id(callee), []).append((ff, line, False))
                 elif ff.witness is None and ref[0] == "q" and self.classify_q(ref[1], ref[2]) == "collective":
                     ff.direct = ff.witness = ref[1].rsplit(".", 1)[-1]
                     ff.direct_line = line
@@ -1206,10 +1229,11 @@ class Project:
         while frontier:
             best = {}
             for ff in frontier:
-                for caller, line in callers.get(id(ff), ()):
+                for caller, line, through in callers.get(id(ff), ()):
                     if caller.witness is not None:
                         continue
-                    key = (ff.witness, ff.module, ff.qualname, line)
+                    # a path that no override's dispatch decides comes first
+                    key = (through or ff.dispatched, ff.witness, ff.module, ff.qualname, line)
                     old = best.get(id(caller))
                     if old is None or key < old[0]:
                         best[id(caller)] = (key, caller, line, ff)
@@ -1217,6 +1241,7 @@ class Project:
             for key, caller, line, ff in best.values():
                 caller.witness = ff.witness
                 caller.via = (line, ff)
+                caller.dispatched = key[0]
                 frontier.append(caller)
         self._uniform_returns(nodes)
         for attr in ("ret_level", "ret_direct"):
@@ -1652,10 +1677,9 @@ class Project:
         if ref is None:
             ref = made_ref(mod, cls, scope, call)
         ff = self.resolve(ref)
-        if ff is not None and not ff.witness and ref[0] in _DECLARED:
-            reaching = [o for o in self.overrides(ff) if o.witness]
-            if reaching:
-                return min(reaching, key=lambda o: (o.module, o.qualname))
+        o = self._dispatch(ff, ref)
+        if o is not None:
+            return o
         if ff is None:
             ref = applied_ref(mod, cls, scope, call)
             ff = self.resolve(ref)

@@ -1606,6 +1606,52 @@ class Cache:
 }
 
 
+def test_a_collective_reached_through_an_override_of_a_declared_class_is_a_note(tmp_path):
+    # which subclass the attribute holds is the configuration's choice (allennlp PR 4693): the
+    # finding is a note, at the call and at the call of a helper that makes it, and only there
+    (tmp_path / "prog.py").write_text(textwrap.dedent("""
+        import torch.distributed as dist
+
+        class Checkpointer:
+            def save(self, state):
+                return state
+
+        class ShardedCheckpointer(Checkpointer):
+            def save(self, state):
+                dist.barrier()
+
+        class Trainer:
+            def __init__(self, checkpointer: Checkpointer, rank):
+                self.ckpt = checkpointer
+                self.rank = rank
+
+            def end(self, state):
+                if self.rank == 0:
+                    self.ckpt.save(state)
+
+            def save_now(self, state):
+                self.ckpt.save(state)
+
+            def end_through_a_helper(self, state):
+                if self.rank == 0:
+                    self.save_now(state)
+
+        class Plain:
+            def __init__(self, rank):
+                self.rank = rank
+
+            def end(self):
+                if self.rank == 0:
+                    dist.barrier()
+    """))
+    res = lint_paths([str(tmp_path)], level="note")
+    assert res.errors == []
+    got = sorted((f.function, f.severity) for f in res.findings)
+    assert got == [("Plain.end", "error"), ("Trainer.end", "note"), ("Trainer.end_through_a_helper", "note")], got
+    assert all("override" in f.message for f in res.findings if f.severity == "note")
+    assert [f.function for f in lint_paths([str(tmp_path)]).findings] == ["Plain.end"]
+
+
 @pytest.mark.parametrize("name", sorted(FLAGGED))
 def test_flagged(tmp_path, name):
     code, src = FLAGGED[name]
