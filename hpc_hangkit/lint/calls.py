@@ -125,6 +125,28 @@ def _built_method(mod, f):
     return _method_of(_class_ref(mod, typ), f.attr) if typ is not None else None
 
 
+def _annotated_class(mod, ff, name):
+    """The class parameter ``name`` of ``ff`` is annotated with (``checkpointer: Checkpointer``,
+    ``Optional[Checkpointer]``, ``"Checkpointer"``), as a declared class reference (``acls`` or
+    ``aq``: resolved as ``cls`` and ``q``, handed nothing as :data:`_GUESSED`), or None. The object a caller hands may be of any subclass:
+    a call of its method reaches what any tree override reaches (:meth:`Project.overrides`)."""
+    if ff.node is None:
+        return None
+    a = ff.node.args
+    ann = next((x.annotation for x in a.posonlyargs + a.args + a.kwonlyargs if x.arg == name), None)
+    if ann.__class__ is ast.Subscript and (dotted(ann.value) or [""])[-1] == "Optional":
+        ann = ann.slice
+    if ann.__class__ is ast.Constant and ann.value.__class__ is str and \
+            all(p.isidentifier() for p in ann.value.split(".")):
+        d = ann.value.split(".")
+    else:
+        d = dotted(ann) if ann is not None else None
+    ref = _class_ref(mod, ".".join(d)) if d else None
+    if ref is None or (ref[0] == "q" and _dead_ref(mod, ref)):
+        return None
+    return ("acls",) + ref[1:] if ref[0] == "cls" else ("aq",) + ref[1:]
+
+
 def _class_ref(mod, typ):
     """A class named ``typ`` (dotted) in ``mod``: ``("cls", module key, class)`` for a class of
     the module, ``("q", qualified name, module key)`` for an imported one, or None. A ``typ``
@@ -141,9 +163,9 @@ def _method_of(cls_ref, meth):
     """The call ref of method ``meth`` of the class :func:`_class_ref` names, or None."""
     if cls_ref is None:
         return None
-    if cls_ref[0] in ("cls", "ncls"):
+    if cls_ref[0] in ("cls", "ncls", "acls"):
         return cls_ref + (meth,)
-    return ("nq" if cls_ref[0] == "nq" else "q", cls_ref[1] + "." + meth, cls_ref[2])
+    return (cls_ref[0] if cls_ref[0] in ("nq", "aq") else "q", cls_ref[1] + "." + meth, cls_ref[2])
 
 
 def _first_arg(mod, ff, call):
@@ -238,7 +260,10 @@ _NAME, _CALL, _RETURN, _ASSIGN = ast.Name, ast.Call, ast.Return, ast.Assign
 _APPENDED = ("calls", "ret_calls", "arg_calls", "directs")
 #: the kinds of a call reference whose class was guessed from the receiver's name
 #: (:func:`_named_class`): which method runs is a guess, so what it is handed is not bound
-_GUESSED = ("ncls", "nq")
+_GUESSED = ("ncls", "nq", "acls", "aq")
+#: the kinds of a call reference on an attribute whose class a constructor parameter's annotation
+#: declares (:func:`_annotated_class`): the object handed in may be of any subclass
+_DECLARED = ("acls", "aq")
 #: the open parameters of a function whose every parameter comes from the tree's making
 _NONE = frozenset()
 #: the words classified so far (per process), and those that name what the taint reads
@@ -288,6 +313,8 @@ class Project:
         self._aliases = {}
         self._cache = {}
         self._canon = {}
+        #: (module key, class) -> the tree classes that name it as a base (:meth:`overrides`)
+        self._subclasses = None
         #: (module key, attribute, receiver name lower-cased without ``_``) -> rank level of
         #: ``param.attr = ...`` in that module (another object's flag: ``trainer.should_stop =
         #: True``); read as ``self.attr`` in a class of the same module named like the receiver
@@ -336,6 +363,7 @@ class Project:
         self._cache = {}
         self._canon = {}
         self._methods = None
+        self._subclasses = None
         for ff in mod.funcs.values():
             self.funcs[(mod.key, ff.qualname)] = ff
 
@@ -434,6 +462,10 @@ class Project:
                 elif n.value.__class__ is _NAME and n.value.id in ff.params and n.value.id != "self":
                     # `self.model = model`: a wrapper a caller hands in (:meth:`_bind_wrappers`)
                     ff.attr_plain = list(ff.attr_plain) + [(attr, n.value.id)]
+                    if attr is not None and "." not in attr:
+                        typ = _annotated_class(mod, ff, n.value.id)
+                        if typ is not None:
+                            mod.attr_types.setdefault((ff.cls, attr), typ)
                 elif n.value.__class__ is _CALL and t.__class__ is not _NAME:
                     self._attr_calls.append((ff, attr, n.value))
             elif t.__class__ is _NAME:
@@ -929,7 +961,7 @@ class Project:
         if hit is not False:
             return hit
         out = None
-        if ref[0] in ("self", "cls", "ncls"):
+        if ref[0] in ("self", "cls", "ncls", "acls"):
             out = self._method(ref[1], ref[2], ref[3], 0)
         elif ref[0] == "super":
             out = self._method(ref[1], ref[2], ref[3], 0, skip_own=True)
@@ -977,6 +1009,70 @@ class Project:
             if hit is not None:
                 return hit
         return None
+
+    def _dispatch(self, ff, ref):
+        """The override that a call ``ref`` of method ``ff`` reaches a collective through, when
+        ``ff`` itself reaches none and the receiver's class only an annotation declares
+        (:data:`_DECLARED`): the first by module and name of those that reach one; else None."""
+        if ff is None or ff.witness or ref[0] not in _DECLARED:
+            return None
+        reaching = [o for o in self.overrides(ff) if o.witness]
+        return min(reaching, key=lambda o: (o.module, o.qualname)) if reaching else None
+
+    def dispatched(self, mod, cls, scope, call):
+        """True when ``call`` reaches its collective only through an override's dispatch: the
+        class of its receiver is only declared (:meth:`_dispatch`), or the function it calls
+        reaches it so (``FuncFacts.dispatched``). Such a finding is a configuration's choice,
+        reported at ``note`` level."""
+        ref = call_ref(mod, cls, scope, call)
+        if ref is None:
+            ref = made_ref(mod, cls, scope, call)
+        ff = self.resolve(ref)
+        if self._dispatch(ff, ref) is not None:
+            return True
+        ff = self.callee(mod, cls, scope, call)
+        return ff is not None and ff.dispatched
+
+    def overrides(self, ff):
+        """The tree methods that override method ``ff`` in the subclasses of its class, at any
+        depth (a list; empty for a function that is no method, or a class no tree class
+        derives from)."""
+        if not ff.cls or "." not in ff.qualname:
+            return []
+        if self._subclasses is None:
+            self._subclasses = {}
+            for key, mod in self.modules.items():
+                for cls, bases in mod.bases.items():
+                    for base in bases:
+                        got = self._base_class(mod, base)
+                        if got is not None:
+                            self._subclasses.setdefault(got, []).append((key, cls))
+        meth = ff.qualname.rsplit(".", 1)[1]
+        out, seen = [], set()
+        todo = [(ff.module, ff.qualname.rsplit(".", 1)[0])]
+        while todo:
+            for key, cls in self._subclasses.get(todo.pop(), ()):
+                if (key, cls) in seen:
+                    continue
+                seen.add((key, cls))
+                o = self.modules[key].funcs.get(cls + "." + meth)
+                if o is not None:
+                    out.append(o)
+                todo.append((key, cls))
+        return out
+
+    def _base_class(self, mod, base):
+        """``(module key, class)`` of the tree class that base ``base`` (dotted, as written in
+        ``mod``'s class statement) names, or None."""
+        parts = base.split(".")
+        if len(parts) == 1 and base in mod.bases and base not in mod.imports:
+            return mod.key, base
+        q = qualify(mod, parts)
+        if q is None:
+            return None
+        bmodname, _, bcls = q.rpartition(".")
+        bmod = self._real_class_module(bmodname, bcls, mod.key)
+        return (bmod.key, bcls) if bmod is not None else None
 
     def _real_class_module(self, modname, cls, origin):
         for _ in range(4):
@@ -1111,8 +1207,12 @@ class Project:
                 callee = self.resolve(ref)
                 if callee is not None:
                     callee.called = True
+                    if ref[0] in _DECLARED:
+                        # the object may be of any subclass: what an override reaches, it reaches
+                        for o in self.overrides(callee):
+                            callers.setdefault(id(o), []).append((ff, line, True))
                     callee = self.specialized(callee, ref, info, nodes)
-                    callers.setdefault(id(callee), []).append((ff, line))
+                    callers.setdefault(id(callee), []).append((ff, line, False))
                 elif ff.witness is None and ref[0] == "q" and self.classify_q(ref[1], ref[2]) == "collective":
                     ff.direct = ff.witness = ref[1].rsplit(".", 1)[-1]
                     ff.direct_line = line
@@ -1129,10 +1229,11 @@ class Project:
         while frontier:
             best = {}
             for ff in frontier:
-                for caller, line in callers.get(id(ff), ()):
+                for caller, line, through in callers.get(id(ff), ()):
                     if caller.witness is not None:
                         continue
-                    key = (ff.witness, ff.module, ff.qualname, line)
+                    # a path that no override's dispatch decides comes first
+                    key = (through or ff.dispatched, ff.witness, ff.module, ff.qualname, line)
                     old = best.get(id(caller))
                     if old is None or key < old[0]:
                         best[id(caller)] = (key, caller, line, ff)
@@ -1140,6 +1241,7 @@ class Project:
             for key, caller, line, ff in best.values():
                 caller.witness = ff.witness
                 caller.via = (line, ff)
+                caller.dispatched = key[0]
                 frontier.append(caller)
         self._uniform_returns(nodes)
         for attr in ("ret_level", "ret_direct"):
@@ -1568,11 +1670,16 @@ class Project:
 
     def callee(self, mod, cls, scope, call):
         """The tree function ``call`` resolves to, or None; specialised to the call's constant
-        arguments (:meth:`specialized`)."""
+        arguments (:meth:`specialized`). A method of an attribute whose class a constructor
+        parameter's annotation declares (:data:`_DECLARED`) that reaches no collective is, where
+        a tree override of it reaches one, that override (the first by module and name)."""
         ref = call_ref(mod, cls, scope, call)
         if ref is None:
             ref = made_ref(mod, cls, scope, call)
         ff = self.resolve(ref)
+        o = self._dispatch(ff, ref)
+        if o is not None:
+            return o
         if ff is None:
             ref = applied_ref(mod, cls, scope, call)
             ff = self.resolve(ref)

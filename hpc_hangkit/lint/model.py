@@ -95,7 +95,7 @@ class FuncFacts:
                  "directs", "cond_ranges", "tested", "general", "ret_agreed", "ret_uniform", "agreed_attrs",
                  "ret_elem_trips", "equal_count", "elem_args", "called", "p2p", "free_calls",
                  "uniform_params", "passes", "open_params", "ret_pad", "ret_fields", "agrees",
-                 "ret_direct", "ret_none", "ret_none_params", "ret_empty", "rebinds", "keeps_none", "raise_at", "raise_line", "kwarg",
+                 "ret_direct", "ret_none", "ret_none_params", "ret_empty", "dispatched", "rebinds", "keeps_none", "raise_at", "raise_line", "kwarg",
                  "forwards", "varpos", "ret_type", "made", "wrapped", "param_called", "hands_wrapped", "ret_through", "ret_wrapper", "local_calls", "wrap_reach", "assigned_params", "attr_plain", "hand_reach", "relays", "ret_args", "param_from", "param_none")
 
     def __init__(self, module, qualname, cls, line, node, path=None):
@@ -118,6 +118,9 @@ class FuncFacts:
         #: the parameter whose emptiness every return tests (``return x.numel() == 0``): each call
         #: is read as that test of its argument (Taint.test_level); else None
         self.ret_empty = None
+        #: after propagation: its witness is reached through an override that only the class an
+        #: annotation declares makes possible (Project.overrides): a configuration's choice
+        self.dispatched = False
         self.ret_calls = []
         self.noreturn = False
         self.witness = None

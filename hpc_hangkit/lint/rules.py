@@ -95,6 +95,11 @@ class Finding(NamedTuple):
     #: and goes on leaves the others waiting. Reported at ``note`` level (measured: the nine
     #: such `error` findings of pyuvsim, PyFR's, and GPAW's nine were false alarms; docs/lint-measured.md)
     hooked: bool = False
+    #: the collective is reached only through an override of a method whose receiver's class an
+    #: annotation declares (``checkpointer: Checkpointer``): which subclass runs is the
+    #: configuration's choice. Reported at ``note`` level (measured on the sixty-seven
+    #: projects: docs/lint-measured.md, stop 44)
+    dispatched: bool = False
     also: tuple = ()
     what: str = ""
     #: where the deciding test's locals got their rank dependence: ``((line, name, text, how,
@@ -106,7 +111,7 @@ class Finding(NamedTuple):
     @property
     def severity(self):
         """``"error"``, ``"warning"`` or ``"note"`` (:data:`LEVELS`)."""
-        if self.group or self.hooked:
+        if self.group or self.hooked or self.dispatched:
             return "note"
         return "warning" if self.inferred else severity_of(self.code)
 
@@ -680,6 +685,7 @@ class _Walker:
                     self._other_comm_rank(node, line):
                 on_group = True
         chain = self.chain(node) if isinstance(node, ast.Call) else ()
+        dispatched = bool(chain) and self.project.dispatched(self.mod, self.ff.cls, self.ff.qualname, node)
         origin = self._origin(line)
         msg = "%s %s (line %d: `%s`%s%s)" % (what, detail, line, self.mod.code_text(line), "".join(
             "; `%s` %s line %d: `%s`" % (name, "from" if how == "from" else "is set under", ln, text)
@@ -689,10 +695,13 @@ class _Walker:
         if chain:
             msg += "; the collective: " + " -> ".join(
                 "%s at %s:%d" % (w, os.path.basename(p), ln) for p, ln, _, w, _ in chain)
+        if dispatched:
+            msg += "; only a subclass's override reaches it, and an annotation declares the class: " \
+                   "which class runs is the caller's or the configuration's choice"
         self.out.append(Finding(code, self.mod.path, node.lineno, node.col_offset + 1, msg,
                                 line, self.mod.code_text(line), self.ff.qualname, chain,
                                 inferred=code.startswith("HK1") and not direct, group=on_group,
-                                hooked=hooked, what=what, origin=origin))
+                                hooked=hooked, dispatched=dispatched, what=what, origin=origin))
 
     def _origin(self, line):
         """``[(line, name, how)]``: where the locals that the test at ``line`` reads got their rank

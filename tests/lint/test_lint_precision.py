@@ -11,6 +11,51 @@ from test_lint_rules import expect, lint_tree, marks, silent
 from testlib import REPO
 
 FLAGGED = {
+    # allennlp PR 4693: the configuration injects the checkpointer; the DeepSpeed subclass's
+    # override of the annotated class's method ends in the engine's barrier
+    "method_of_an_injected_attribute_whose_subclass_override_reaches_a_collective": ("HK101", """
+import torch.distributed as dist
+from typing import Optional
+
+class Checkpointer:
+    def save(self, state):
+        return state
+
+class ShardedCheckpointer(Checkpointer):
+    def save(self, state):
+        dist.barrier()
+
+class Trainer:
+    def __init__(self, checkpointer: Optional[Checkpointer], rank):
+        self.ckpt = checkpointer
+        self.rank = rank
+
+    def end(self, state):
+        if self.rank == 0:  # BRANCH
+            self.ckpt.save(state)  # HERE
+"""),
+    "method_of_an_injected_attribute_two_subclasses_down": ("HK101", """
+import torch.distributed as dist
+
+class Writer:
+    def flush(self):
+        pass
+
+class BufferedWriter(Writer):
+    pass
+
+class GatheringWriter(BufferedWriter):
+    def flush(self):
+        dist.all_gather_object([None], 1)
+
+class Loop:
+    def __init__(self, writer: "Writer"):
+        self.writer = writer
+
+    def step(self):
+        if dist.get_rank() == 0:  # BRANCH
+            self.writer.flush()  # HERE
+"""),
     # the emptiness test in a helper is the same test written inline (below), at each call
     "emptiness_tested_by_a_helper_of_a_parameter_handed_on_from_an_entry_point": ("HK202", """
 import torch.distributed as dist
@@ -999,6 +1044,49 @@ def step(t):
 }
 
 SILENT = {
+    # the object is built here as the base class: its own method runs, not the override
+    "method_of_an_attribute_built_as_the_base_class": """
+import torch.distributed as dist
+
+class Checkpointer:
+    def save(self, state):
+        return state
+
+class ShardedCheckpointer(Checkpointer):
+    def save(self, state):
+        dist.barrier()
+
+class Trainer:
+    def __init__(self, rank):
+        self.ckpt = Checkpointer()
+        self.rank = rank
+
+    def end(self, state):
+        if self.rank == 0:
+            self.ckpt.save(state)
+""",
+    # no override of the injected class's method reaches a collective
+    "method_of_an_injected_attribute_no_override_of_which_reaches_a_collective": """
+import json
+import torch.distributed as dist
+
+class Writer:
+    def write(self, metrics, path):
+        pass
+
+class JsonWriter(Writer):
+    def write(self, metrics, path):
+        with open(path, "w") as f:
+            json.dump(metrics, f)
+
+class Trainer:
+    def __init__(self, writer: Writer):
+        self.writer = writer
+
+    def end(self, metrics):
+        if dist.get_rank() == 0:
+            self.writer.write(metrics, "m.json")
+""",
     # the helper's emptiness test is judged by what each call hands it: a buffer every rank
     # builds alike, as the same test written inline in reduce_part would be
     "emptiness_tested_by_a_helper_of_a_buffer_every_caller_builds_alike": """
@@ -1516,6 +1604,52 @@ class Cache:
         dist.all_reduce(t, op=dist.ReduceOp.MIN, group=group)
 """,
 }
+
+
+def test_a_collective_reached_through_an_override_of_a_declared_class_is_a_note(tmp_path):
+    # which subclass the attribute holds is the configuration's choice (allennlp PR 4693): the
+    # finding is a note, at the call and at the call of a helper that makes it, and only there
+    (tmp_path / "prog.py").write_text(textwrap.dedent("""
+        import torch.distributed as dist
+
+        class Checkpointer:
+            def save(self, state):
+                return state
+
+        class ShardedCheckpointer(Checkpointer):
+            def save(self, state):
+                dist.barrier()
+
+        class Trainer:
+            def __init__(self, checkpointer: Checkpointer, rank):
+                self.ckpt = checkpointer
+                self.rank = rank
+
+            def end(self, state):
+                if self.rank == 0:
+                    self.ckpt.save(state)
+
+            def save_now(self, state):
+                self.ckpt.save(state)
+
+            def end_through_a_helper(self, state):
+                if self.rank == 0:
+                    self.save_now(state)
+
+        class Plain:
+            def __init__(self, rank):
+                self.rank = rank
+
+            def end(self):
+                if self.rank == 0:
+                    dist.barrier()
+    """))
+    res = lint_paths([str(tmp_path)], level="note")
+    assert res.errors == []
+    got = sorted((f.function, f.severity) for f in res.findings)
+    assert got == [("Plain.end", "error"), ("Trainer.end", "note"), ("Trainer.end_through_a_helper", "note")], got
+    assert all("override" in f.message for f in res.findings if f.severity == "note")
+    assert [f.function for f in lint_paths([str(tmp_path)]).findings] == ["Plain.end"]
 
 
 @pytest.mark.parametrize("name", sorted(FLAGGED))
