@@ -1016,7 +1016,7 @@ class Project:
         (:data:`_DECLARED`): the first by module and name of those that reach one; else None."""
         if ff is None or ff.witness or ref[0] not in _DECLARED:
             return None
-        reaching = [o for o in self.overrides(ff) if o.witness]
+        reaching = [o for o in self.overrides(ref) if o.witness]
         return min(reaching, key=lambda o: (o.module, o.qualname)) if reaching else None
 
     def dispatched(self, mod, cls, scope, call):
@@ -1033,12 +1033,20 @@ class Project:
         ff = self.callee(mod, cls, scope, call)
         return ff is not None and ff.dispatched
 
-    def overrides(self, ff):
-        """The tree methods that override method ``ff`` in the subclasses of its class, at any
-        depth (a list; empty for a function that is no method, or a class no tree class
-        derives from)."""
-        if not ff.cls or "." not in ff.qualname:
-            return []
+    def overrides(self, ref):
+        """The tree methods that override the method a declared call ``ref`` names
+        (:data:`_DECLARED`: ``("acls", module key, class, method)`` or ``("aq", qualified
+        method, module key)``) in the subclasses of the declared class, at any depth (a list;
+        empty where the class is not the tree's or no tree class derives from it)."""
+        if ref[0] == "acls":
+            start, meth = (ref[1], ref[2]), ref[3]
+        else:
+            q, _, meth = ref[1].rpartition(".")
+            modname, _, cls = q.rpartition(".")
+            mod = self._real_class_module(modname, cls, ref[2]) if modname else None
+            if mod is None:
+                return []
+            start = (mod.key, cls)
         if self._subclasses is None:
             self._subclasses = {}
             for key, mod in self.modules.items():
@@ -1047,9 +1055,8 @@ class Project:
                         got = self._base_class(mod, base)
                         if got is not None:
                             self._subclasses.setdefault(got, []).append((key, cls))
-        meth = ff.qualname.rsplit(".", 1)[1]
         out, seen = [], set()
-        todo = [(ff.module, ff.qualname.rsplit(".", 1)[0])]
+        todo = [start]
         while todo:
             for key, cls in self._subclasses.get(todo.pop(), ()):
                 if (key, cls) in seen:
@@ -1209,7 +1216,7 @@ class Project:
                     callee.called = True
                     if ref[0] in _DECLARED:
                         # the object may be of any subclass: what an override reaches, it reaches
-                        for o in self.overrides(callee):
+                        for o in self.overrides(ref):
                             callers.setdefault(id(o), []).append((ff, line, True))
                     callee = self.specialized(callee, ref, info, nodes)
                     callers.setdefault(id(callee), []).append((ff, line, False))

@@ -19,7 +19,7 @@ from testlib import REPO
 CORPUS = os.path.join(REPO, "tests", "lint", "corpus")
 
 #: bugs found with both lines and the expected code, per expected code
-FOUND_FLOOR = {"HK101": 14, "HK102": 3, "HK103": 1, "HK105": 1, "HK107": 1, "HK201": 1, "HK202": 6}
+FOUND_FLOOR = {"HK101": 15, "HK102": 3, "HK103": 1, "HK105": 1, "HK107": 1, "HK201": 1, "HK202": 6}
 #: false alarms allowed on fixed + look-alike units, per reported code (absent: 0)
 FALSE_ALARM_CEILING = {}
 MIN_CASES = 20

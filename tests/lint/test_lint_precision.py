@@ -1065,6 +1065,30 @@ class Trainer:
         if self.rank == 0:
             self.ckpt.save(state)
 """,
+    # the override that reaches a collective is a sibling's: the declared class is another
+    "method_of_an_injected_attribute_whose_sibling_class_overrides_it": """
+import torch.distributed as dist
+
+class Base:
+    def save(self, state):
+        return state
+
+class Checkpointer(Base):
+    pass
+
+class ShardedSibling(Base):
+    def save(self, state):
+        dist.barrier()
+
+class Trainer:
+    def __init__(self, checkpointer: Checkpointer, rank):
+        self.ckpt = checkpointer
+        self.rank = rank
+
+    def end(self, state):
+        if self.rank == 0:
+            self.ckpt.save(state)
+""",
     # no override of the injected class's method reaches a collective
     "method_of_an_injected_attribute_no_override_of_which_reaches_a_collective": """
 import json
