@@ -173,8 +173,9 @@ def collect_attempt(scratch_dir, job_id, attempt, storage_url, *, uid, gid, user
     Returns a dict ``{status, reason, dest, copied, kept, failed, pending, skipped,
     skipped_paths}`` (:func:`hpc_hangkit.collect.copy.summary`; ``status`` also
     ``no_scratch``, ``busy``, ``timeout`` or ``error``; ``orphaned: True`` when the
-    ``lifeline`` (:func:`as_user`) said the epilog was killed). Never raises for storage
-    errors."""
+    ``lifeline`` (:func:`as_user`) said the epilog was killed). A child stopped at the
+    deadline after it had copied everything (nothing left in scratch) is ``complete``, with
+    a ``reason`` and no counts. Never raises for storage errors."""
     t0 = time.monotonic()
     reserve = min(_FINALIZE_S, max(0.2, (deadline - t0) * 0.2))
     work_deadline = deadline - reserve
@@ -231,7 +232,13 @@ def collect_attempt(scratch_dir, job_id, attempt, storage_url, *, uid, gid, user
             os.close(afd)
 
     st2, value2 = as_user(mark, uid=uid, gid=gid, user=user, deadline=deadline, home=home)
-    if st2 == "ok":
+    if st2 == "ok" and value2.get("status") == "no_files" and status != "error":
+        # the stopped child had left nothing: the local manifest goes only after the stored
+        # record is written, so it finished the copy and was stopped before it could report
+        out = {"status": "complete", "dest": dest,
+               "reason": "the collector copied every file and wrote the stored record, then was "
+                         "stopped (%s) before it reported" % why}
+    elif st2 == "ok":
         out = value2
     else:
         out = {"status": "error" if status == "error" else "timeout", "reason": why,

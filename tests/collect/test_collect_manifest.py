@@ -223,6 +223,32 @@ def test_killed_collector_leaves_timeout_with_reason(area):
     assert left == []
 
 
+@pytest.mark.timeout(120)
+def test_a_collector_stopped_after_it_finished_reports_complete(area, monkeypatch):
+    """The copy child finishes (every file stored, the stored record written, the scratch
+    emptied) and is then held past the deadline before it reports, as a slow storage
+    flush would: the run is ``complete``, not ``no_files`` (what the record of the stopped
+    run found left) and not ``timeout``."""
+    import hpc_hangkit.collect.attempt as attempt_mod
+
+    real = attempt_mod.copy_tree
+
+    def finish_then_hang(*a, **kw):
+        man = real(*a, **kw)
+        time.sleep(60)      # in the forked child only; killed at the deadline
+        return man
+    monkeypatch.setattr(attempt_mod, "copy_tree", finish_then_hang)
+    uid, gid, _ = job_user()
+    d = area.make_attempt("745", 0, uid, gid, FILES)
+    t0 = time.monotonic()
+    res = _collect(area, "745", budget=4.0)
+    assert time.monotonic() - t0 < 6.0
+    assert res["status"] == "complete" and "stopped" in res["reason"], res
+    assert sorted(_stored(area, "745")) == sorted(FILES)
+    assert os.path.isfile(os.path.join(area.storage, "745", "attempt_0", "collect_hk1.json"))
+    assert local_files(d) == {}
+
+
 def test_temp_files_of_a_killed_manifest_write_are_removed(area):
     """A collector killed inside a manifest write leaves ``<manifest>.<pid>.tmp``; the next
     run (holding the lock) removes it, so a complete copy leaves the scratch empty."""
