@@ -89,8 +89,7 @@ def _named_class(mod, ff, name, sites):
     elif name in ff.params or not all(v.__class__ is ast.Attribute and v.attr == name for _, _, v in sites):
         return None
     if ff.node is not None and name in ff.params:
-        a = ff.node.args
-        ann = next((x.annotation for x in a.posonlyargs + a.args + a.kwonlyargs if x.arg == name), None)
+        ann = _annotation_of(ff, name)
         if ann is not None:
             # `driver: WebDriver`, `loader: DataLoader` (torch's), `trainer: Trainer`: the code
             # names the class, taken instead of the guess (and, as the guess, handed nothing)
@@ -125,15 +124,21 @@ def _built_method(mod, f):
     return _method_of(_class_ref(mod, typ), f.attr) if typ is not None else None
 
 
+def _annotation_of(ff, name):
+    """The annotation node of parameter ``name`` of function ``ff`` (its tree loaded), or None."""
+    a = ff.node.args
+    return next((x.annotation for x in a.posonlyargs + a.args + a.kwonlyargs if x.arg == name), None)
+
+
 def _annotated_class(mod, ff, name):
     """The class parameter ``name`` of ``ff`` is annotated with (``checkpointer: Checkpointer``,
     ``Optional[Checkpointer]``, ``"Checkpointer"``), as a declared class reference (``acls`` or
-    ``aq``: resolved as ``cls`` and ``q``, handed nothing as :data:`_GUESSED`), or None. The object a caller hands may be of any subclass:
-    a call of its method reaches what any tree override reaches (:meth:`Project.overrides`)."""
+    ``aq``: resolved as ``cls`` and ``q``, handed nothing as :data:`_GUESSED`), or None. The
+    object a caller hands may be of any subclass: a call of its method reaches what any tree
+    override reaches (:meth:`Project.overrides`)."""
     if ff.node is None:
         return None
-    a = ff.node.args
-    ann = next((x.annotation for x in a.posonlyargs + a.args + a.kwonlyargs if x.arg == name), None)
+    ann = _annotation_of(ff, name)
     if ann.__class__ is ast.Subscript and (dotted(ann.value) or [""])[-1] == "Optional":
         ann = ann.slice
     if ann.__class__ is ast.Constant and ann.value.__class__ is str and \
