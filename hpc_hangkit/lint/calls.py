@@ -320,6 +320,7 @@ class Project:
         self._canon = {}
         #: (module key, class) -> the tree classes that name it as a base (:meth:`overrides`)
         self._subclasses = None
+        self._flags = None
         #: (module key, attribute, receiver name lower-cased without ``_``) -> rank level of
         #: ``param.attr = ...`` in that module (another object's flag: ``trainer.should_stop =
         #: True``); read as ``self.attr`` in a class of the same module named like the receiver
@@ -369,8 +370,22 @@ class Project:
         self._canon = {}
         self._methods = None
         self._subclasses = None
+        self._flags = None
         for ff in mod.funcs.values():
             self.funcs[(mod.key, ff.qualname)] = ff
+
+    def flag_attr(self, name):
+        """True when ``self.<name>`` is bound only to True or False in the tree's methods (a
+        yes/no setting, read whatever its name: ``self.dynamic_num_samples = False``, later
+        ``= True``), and at least once; from each module's ``attr_flags``, merged on the first
+        call after an :meth:`insert`."""
+        if self._flags is None:
+            flags = {}
+            for m in self.modules.values():
+                for k, v in m.attr_flags.items():
+                    flags[k] = flags.get(k, True) and v
+            self._flags = flags
+        return self._flags.get(name, False)
 
     def facts(self, mod):
         """Compute the facts of every function of ``mod`` (its tree loaded) into ``mod.funcs``,
@@ -647,11 +662,19 @@ class Project:
                         k = (mod.key, t.attr, t.value.id.replace("_", "").lower())
                         if lv > self.foreign.get(k, 0):
                             self.foreign[k] = lv
+            elif (nt is ast.AugAssign or nt is ast.AnnAssign) and ff.cls:
+                _unflag(mod, (n.target,))
             elif nt is _ASSIGN and ff.cls:
                 for t in n.targets:
                     key = _self_attr(t)
                     if key is None:
+                        if t.__class__ is ast.Tuple or t.__class__ is ast.List:
+                            _unflag(mod, t.elts)
                         continue
+                    if "." not in key:
+                        v = n.value
+                        mod.attr_flags[key] = mod.attr_flags.get(key, True) and v.__class__ is ast.Constant and \
+                            v.value.__class__ is bool
                     attr_vals.append((key, n.value))
                     if "." not in key:
                         k = (ff.cls, key)
@@ -3117,6 +3140,15 @@ def _first_bound(nodes, names):
                         if x.lineno < out.get(x.id, x.lineno + 1):
                             out[x.id] = x.lineno
     return out
+
+
+def _unflag(mod, targets):
+    """Note in ``mod.attr_flags`` that each ``self.x`` of ``targets`` is bound to something
+    other than True or False (an unpacking, an augmented or annotated assignment)."""
+    for t in targets:
+        key = _self_attr(t)
+        if key is not None and "." not in key:
+            mod.attr_flags[key] = False
 
 
 def _self_attr(t):

@@ -19,7 +19,8 @@ import re
 
 __all__ = ["COLLECTIVE_MODULES", "QUALIFIED", "DISTINCT", "GENERIC", "COMMISH", "P2P_SEND", "P2P_RECV",
            "GROUP_CREATE", "ABORTS", "EXITS", "RANK_CALLS", "RANK_NAMES", "RANK_ENV",
-           "LOCAL_CALLS", "LOCAL_METHODS", "DATAISH", "MARK_DECORATORS", "MEMBERSHIP", "EXTRA_PLAIN", "extend",
+           "LOCAL_CALLS", "LOCAL_METHODS", "DATAISH", "CONFIG_RECEIVER", "MARK_DECORATORS", "MEMBERSHIP",
+           "EXTRA_PLAIN", "extend",
            "snapshot", "restore", "classify_call", "RANK_CALL_RE", "RANK_ATTR_RE", "LOCAL_DATA_METHODS",
            "LOCAL_DATA_CALLS", "DISPLAY_KEYWORDS", "is_display_keyword", "extend_rank_sources", "is_rank_call",
            "is_configured",
@@ -193,6 +194,12 @@ def is_display_keyword(name):
 DATAISH = re.compile(r"(^|_)(batch|batches|shards|chunks|samples|files)$|^(local|my|rank)_(batch|shards?|chunks?|"
                      r"data|samples|files|items|rows)$|^my_\w*(list|tensors?|items|rows|total|count|elems|"
                      r"elements|numel|size|len)s?$", re.I)
+
+#: receivers that hold a run's configuration (``args.files``, ``self.config.micro_batch``,
+#: ``train_cfg.shards``): parsed alike on every rank from the same command line or file, so an
+#: attribute of one named like data (:data:`DATAISH`) is a setting, not this rank's data
+CONFIG_RECEIVER = re.compile(r"^(args|config|cfg|conf|opts?|options|hparams|settings|flags)$|"
+                             r"_(args|config|cfg|conf|opts|options|hparams|settings)$", re.I)
 
 #: a test of group membership: ranks outside a group skip its collectives by design
 #: (and a branch taken only with use_local_synchronization, where non-members may skip)

@@ -368,7 +368,8 @@ class ModuleFacts:
 
     __slots__ = ("path", "key", "name", "imports", "stars", "funcs", "bases", "attr_levels", "ignores", "bad_ignores", "lines",
                  "tree", "is_package", "has_p2p", "local", "attr_types", "collective_attrs",
-                 "attr_agreed", "words", "comm_receivers", "flag_cache", "abort_hook", "aliases", "attr_counts")
+                 "attr_agreed", "words", "comm_receivers", "flag_cache", "abort_hook", "aliases", "attr_counts",
+                 "attr_flags")
 
     def __init__(self, path, name, tree, text, is_package=False):
         self.path = path
@@ -389,6 +390,9 @@ class ModuleFacts:
         #: assigns None or a loader that gives every rank as many items (``DataLoader(ds,
         #: sampler=DistributedSampler(...))``): a loop over it has a uniform trip count
         self.attr_counts = {}
+        #: attr -> True when every ``self.attr`` binding in this module's methods assigns True or
+        #: False (a yes/no setting, whatever its name), False when one binds anything else
+        self.attr_flags = {}
         #: (class, attr) whose value some method agrees through a collective (after propagation)
         self.attr_agreed = set()
         #: class -> its ``self`` flags that are true only with several processes (built on demand)

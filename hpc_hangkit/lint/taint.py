@@ -49,6 +49,8 @@ _RETURN_AGREES = {"allgather", "allreduce", "bcast", "all_gather", "gather_for_m
 #: and return the result on every rank (its ``gather`` is an all-gather, unlike torch's)
 _RETURN_AGREES_ACCELERATE = {"gather", "gather_object", "reduce", "broadcast"}
 _ACCELERATOR = re.compile(r"(^|_)accelerator$", re.I)
+#: factories whose new tensor or array has the shape their arguments give (``full``: its first)
+_SIZED_FACTORIES = frozenset(("empty", "zeros", "ones", "full"))
 #: calls that combine their arguments without reading anything else (a value built from
 #: values every rank shares is shared)
 _COMBINE = {"concatenate", "array", "asarray", "vstack", "hstack", "stack", "list", "tuple", "sorted", "copy",
@@ -83,8 +85,12 @@ def _mutates(st, name):
 
 
 def _data_name(expr):
+    """True when ``expr`` (a name or attribute chain) is named like per-rank data
+    (:data:`~hpc_hangkit.lint.collectives.DATAISH`), and is not an attribute of a
+    configuration object (``args.files``, ``self.args.streaming_partial_batch``:
+    :data:`~hpc_hangkit.lint.collectives.CONFIG_RECEIVER`)."""
     d = dotted(expr)
-    return bool(d) and bool(C.DATAISH.search(d[-1]))
+    return bool(d) and bool(C.DATAISH.search(d[-1])) and not (len(d) > 1 and C.CONFIG_RECEIVER.search(d[-2]))
 
 
 #: calls that hand on the items of their one argument as they are: a progress bar over them
@@ -181,6 +187,8 @@ class Taint:
         self._site_conds = {}
         #: id(``if`` test) -> the (first, last) lines of its body and of its ``else`` (or None)
         self._sides = {}
+        #: (local, line read at) -> :meth:`_built_alike`
+        self._alike = {}
         #: the line a value is read at (:meth:`level_at`); None: anywhere in the function
         self._at = None
         self._fn_params = set()
@@ -1383,9 +1391,14 @@ class Taint:
 
     def _switch(self, e):
         """True for a parameter of this function whose default is ``True`` or ``False`` and
-        that it never assigns (``def write(data, sep_files=False)``): a switch, not data named
-        like it, so its truth is not an emptiness test; what callers hand it is read as any
+        that it never assigns (``def write(data, sep_files=False)``), or a ``self`` attribute the
+        tree's methods bind only to True or False (``self.dynamic_num_samples = False``,
+        :meth:`~hpc_hangkit.lint.calls.Project.flag_attr`): a switch, not data named like it, so
+        its truth is not an emptiness test; what callers hand the parameter is read as any
         argument is."""
+        if e.__class__ is ast.Attribute:
+            return self.project is not None and e.value.__class__ is ast.Name and e.value.id == "self" and \
+                self.project.flag_attr(e.attr)
         if not isinstance(e, ast.Name) or e.id in self.assigned:
             return False
         return isinstance(defaults_of(self.fn).get(e.id), bool)
@@ -1570,7 +1583,91 @@ class Taint:
                 facts.open_params is not None and facts.open_params is not True and \
                 x.id not in facts.open_params and x.id not in C.RANK_NAMES:
             return True
-        return self._gathered(x.id)
+        return self._gathered(x.id) or self._built_alike(x.id)
+
+    def _built_alike(self, name):
+        """True for a local (not a parameter, not global) whose every assignment reaching the read
+        at :attr:`_at` is a new tensor or array that a factory (:data:`_SIZED_FACTORIES`:
+        ``torch.empty(value.size, dtype=...)``) makes in a shape every rank reading it holds
+        alike: constants, or read from a local
+        that holds an agreed collective's value (:meth:`_gathered`) or is a loop's element of
+        one. vLLM's ``broadcast_tensor_dict``: the receivers build each tensor from the
+        metadata the source broadcast, then skip the empty ones as the source does. A branch the
+        assignment is under counts only where the read is not on the same side of it."""
+        key = (name, self._at)
+        got = self._alike.get(key)
+        if got is not None:
+            return got
+        self._alike[key] = False  # while its own assignments are read
+        got = False
+        if name in self.assigned and name not in self._fn_params and name not in self.shared and \
+                name not in self._resized_names() and self._at is not None:
+            for target, value, conds, part, line in self._live_assigns(name, self._at):
+                d = dotted(value.func) if part is None and target.__class__ is _NAME and \
+                    value.__class__ is _CALL else None
+                if not d or d[-1] not in _SIZED_FACTORIES or not self._same_side(conds, line):
+                    got = False
+                    break
+                shape = value.args[:1] if d[-1] == "full" else value.args
+                shape = list(shape) + [k.value for k in value.keywords if k.arg in ("size", "shape")]
+                got = bool(shape) and all(self._alike_operand(a) for a in shape)
+                if not got:
+                    break
+        self._alike[key] = got
+        return got
+
+    def _same_side(self, conds, line):
+        """True when each branch of ``conds`` (an assignment's at ``line``) is uniform, or is
+        taken alike by every rank that reaches the read at :attr:`_at` (both on one side)."""
+        for kind, c in conds:
+            if kind == "if" and self._at is not None:
+                sides = self._sides.get(id(c))
+                if sides is not None and any(span is not None and span[0] <= line <= span[1] and
+                                             span[0] <= self._at <= span[1] for span in sides):
+                    continue
+            if kind != "if" or self.test_level(c) != 0:
+                return False
+        return True
+
+    def _alike_operand(self, e):
+        """True for a shape argument every rank holds alike (:meth:`_built_alike`)."""
+        if e.__class__ is ast.Constant:
+            return True
+        if e.__class__ is ast.Tuple or e.__class__ is ast.List:
+            return all(self._alike_operand(x) for x in e.elts)
+        while e.__class__ is ast.Attribute or e.__class__ is ast.Subscript:
+            if e.__class__ is ast.Subscript and not self._alike_operand(e.slice):
+                return False
+            e = e.value
+        if e.__class__ is not _NAME:
+            return False
+        if self._agreed_at(e.id, self._at):
+            return True
+        # `for key, value in metadata_list:` over an agreed local
+        pairs = self._live_assigns(e.id, self._at)
+        return bool(pairs) and e.id not in self._fn_params and all(
+            part == "element" and value.__class__ is _NAME and self._agreed_at(value.id, line)
+            for target, value, conds, part, line in pairs)
+
+    def _live_assigns(self, name, at):
+        """The assignments of local ``name`` that reach a read at line ``at`` and are not
+        replaced before it (:meth:`_assigns_reaching`)."""
+        return [r for r in self._assigns_reaching(name, at)
+                if not (self._killed(name, r[4], at) or self._apart(r[4], at, name))]
+
+    def _agreed_at(self, name, at):
+        """True for a local that holds, at line ``at``, what a collective returns alike on every
+        rank: :meth:`_gathered`, or each assignment reaching there is such a call's value or a
+        tree function's agreed answer (:meth:`_agreed_answer`: ``metadata_list =
+        self.broadcast_object(None, src=src)`` in the receivers' branch, where the source's own
+        assignment does not reach)."""
+        if name in self._fn_params or name in self.shared:
+            return False
+        if self._gathered(name):
+            return True
+        pairs = self._live_assigns(name, at)
+        return bool(pairs) and all(part is None and (self._returns_agreed(value) or self._agreed_answer(value))
+                                   for _, value, _, part, _ in pairs)
 
     def _args_level(self, call):
         lv = 0

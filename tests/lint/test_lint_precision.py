@@ -4340,6 +4340,137 @@ def test_a_switch_parameter_named_like_data_is_not_data(tmp_path):
         [("HK201", marks(src, "HERE") + 1, marks(src, "BRANCH") + 1)]
 
 
+#: axolotl's GRPO trainer (a YAML setting named like data) and ase's `ase info` (the files
+#: named on the command line): attributes of the run's configuration, alike on every rank
+CONFIG_NAMED_LIKE_DATA = """
+import torch.distributed as dist
+
+
+class Trainer:
+    def step(self, t):
+        if self.args.streaming_partial_batch:  # BRANCH
+            dist.all_reduce(t)  # HERE
+
+
+def info(args, comm):
+    if args.files:
+        comm.barrier()
+"""
+
+
+def test_a_setting_named_like_data_is_not_data(tmp_path):
+    silent(tmp_path, CONFIG_NAMED_LIKE_DATA)
+    # the same names held by the object itself, or handed in as they are, are this rank's data
+    own = CONFIG_NAMED_LIKE_DATA.replace("self.args.streaming_partial_batch", "self.streaming_partial_batch")
+    assert [f[1:3] for f in lint_tree(tmp_path, {"prog.py": own})] == [("HK201", marks(own, "HERE"))]
+    files = CONFIG_NAMED_LIKE_DATA.replace("def info(args, comm):\n    if args.files:",
+                                           "def info(files, comm):\n    if files:")
+    assert files != CONFIG_NAMED_LIKE_DATA
+    assert [f[1] for f in lint_tree(tmp_path / "b", {"prog.py": files})] == ["HK201"]
+
+
+#: ms-swift's GRPO trainer: a yes/no attribute named like data, set in a mixin of another module
+FLAG_ATTRIBUTE_MIXIN = """
+class RolloutMixin:
+    def __init__(self):
+        self.dynamic_num_samples = False
+
+    def server_rollout(self, multi_turn):
+        if multi_turn:
+            self.dynamic_num_samples = True
+"""
+
+FLAG_ATTRIBUTE_TRAINER = """
+import torch.distributed as dist
+
+from mixin import RolloutMixin
+
+
+class Trainer(RolloutMixin):
+    def step(self, t):
+        if not self.dynamic_num_samples:  # BRANCH
+            dist.all_reduce(t)  # HERE
+"""
+
+
+def test_an_attribute_bound_only_to_true_or_false_is_a_switch_not_data(tmp_path):
+    assert lint_tree(tmp_path, {"mixin.py": FLAG_ATTRIBUTE_MIXIN, "trainer.py": FLAG_ATTRIBUTE_TRAINER}) == []
+    # bound once to something else (here in the trainer's module), it is read by its name again
+    other = FLAG_ATTRIBUTE_TRAINER + "\n    def reset(self, samples):\n        self.dynamic_num_samples = samples\n"
+    for i, (mixin, trainer) in enumerate([
+            (FLAG_ATTRIBUTE_MIXIN, other),
+            (FLAG_ATTRIBUTE_MIXIN.replace("= True", "= len(self.queue) > 0"), FLAG_ATTRIBUTE_TRAINER),
+            (FLAG_ATTRIBUTE_MIXIN.replace("self.dynamic_num_samples = True",
+                                          "self.dynamic_num_samples, n = True, 0"), FLAG_ATTRIBUTE_TRAINER),
+            (FLAG_ATTRIBUTE_MIXIN.replace("self.dynamic_num_samples = True",
+                                          "self.dynamic_num_samples += 1"), FLAG_ATTRIBUTE_TRAINER)]):
+        assert [f[1:3] for f in lint_tree(tmp_path / str(i), {"mixin.py": mixin, "trainer.py": trainer})] == \
+            [("HK201", marks(FLAG_ATTRIBUTE_TRAINER, "HERE"))], i
+
+
+#: vLLM's (and sglang's) GroupCoordinator.broadcast_tensor_dict: the receivers build each
+#: tensor from the metadata the source broadcast, and skip the empty ones as the source does
+TENSORS_BUILT_FROM_BROADCAST_METADATA = """
+import torch
+import torch.distributed as dist
+
+
+class GroupCoordinator:
+    def __init__(self, group):
+        self.group = group
+        self.rank_in_group = dist.get_rank(group)
+
+    def broadcast_object(self, obj, src):
+        if self.rank_in_group == src:
+            dist.broadcast_object_list([obj], src=src, group=self.group)
+            return obj
+        recv = [None]
+        dist.broadcast_object_list(recv, src=src, group=self.group)
+        return recv[0]
+
+    def broadcast_tensor_dict(self, tensor_dict, src):
+        if self.rank_in_group == src:
+            metadata_list, tensor_list = split(tensor_dict)
+            self.broadcast_object(metadata_list, src=src)
+            for tensor in tensor_list:
+                if tensor.numel() == 0:
+                    continue
+                dist.broadcast(tensor, src=src, group=self.group)
+        else:
+            metadata_list = self.broadcast_object(None, src=src)
+            tensor_dict = {}
+            for key, value in metadata_list:
+                tensor = torch.empty(value.size, dtype=value.dtype)
+                if tensor.numel() == 0:  # BRANCH
+                    tensor_dict[key] = tensor
+                    continue
+                dist.broadcast(tensor, src=src, group=self.group)  # HERE
+                tensor_dict[key] = tensor
+        return tensor_dict
+
+
+def split(d):
+    return [(k, v.size()) for k, v in d.items()], list(d.values())
+"""
+
+
+def test_a_tensor_built_in_a_shape_every_rank_was_sent_has_an_agreed_size(tmp_path):
+    assert lint_tree(tmp_path, {"prog.py": TENSORS_BUILT_FROM_BROADCAST_METADATA}) == []
+    for i, change in enumerate([
+            # a shape of this rank's own
+            ("torch.empty(value.size, dtype=value.dtype)", "torch.empty(len(os.listdir(key)))"),
+            # metadata this rank read itself, not the broadcast's
+            ("metadata_list = self.broadcast_object(None, src=src)", "metadata_list = load_metadata()"),
+            # an empty tensor built on some ranks only, before the test
+            ("                if tensor.numel() == 0:  # BRANCH",
+             "                if os.path.exists(key):\n                    tensor = torch.empty(0)\n"
+             "                if tensor.numel() == 0:  # BRANCH")]):
+        src = "import os\n" + TENSORS_BUILT_FROM_BROADCAST_METADATA.replace(*change)
+        assert src != "import os\n" + TENSORS_BUILT_FROM_BROADCAST_METADATA
+        assert [f[1:] for f in lint_tree(tmp_path / str(i), {"prog.py": src})] == \
+            [("HK202", marks(src, "HERE"), marks(src, "BRANCH"))], change
+
+
 def test_a_raise_through_a_helper_under_a_rank_branch_names_the_helpers_raise(tmp_path):
     from hpc_hangkit.lint import lint_paths
     (tmp_path / "util.py").write_text(textwrap.dedent("""
