@@ -51,6 +51,9 @@ _RETURN_AGREES_ACCELERATE = {"gather", "gather_object", "reduce", "broadcast"}
 _ACCELERATOR = re.compile(r"(^|_)accelerator$", re.I)
 #: factories whose new tensor or array has the shape their arguments give (``full``: its first)
 _SIZED_FACTORIES = frozenset(("empty", "zeros", "ones", "full"))
+#: packages whose arrays report their global shape on every rank (heat's ``DNDarray.shape``
+#: is the all-reduced ``gshape``; this rank's part is ``lshape``/``larray``)
+_GLOBAL_SHAPE_PACKAGES = frozenset(("heat",))
 #: calls that combine their arguments without reading anything else (a value built from
 #: values every rank shares is shared)
 _COMBINE = {"concatenate", "array", "asarray", "vstack", "hstack", "stack", "list", "tuple", "sorted", "copy",
@@ -1591,8 +1594,10 @@ class Taint:
         ``torch.empty(value.size, dtype=...)``) makes in a shape every rank reading it holds
         alike: constants, or read from a local
         that holds an agreed collective's value (:meth:`_gathered`) or is a loop's element of
-        one. vLLM's ``broadcast_tensor_dict``: the receivers build each tensor from the
-        metadata the source broadcast, then skip the empty ones as the source does. A branch the
+        one (vLLM's ``broadcast_tensor_dict``: the receivers build each tensor from the
+        metadata the source broadcast, then skip the empty ones as the source does); or an
+        array of a package whose shape is the global one (:data:`_GLOBAL_SHAPE_PACKAGES`:
+        ``clean = ht.array(local, is_split=x.split)``, ``clean.shape[0]``). A branch the
         assignment is under counts only where the read is not on the same side of it."""
         key = (name, self._at)
         got = self._alike.get(key)
@@ -1605,6 +1610,10 @@ class Taint:
             for target, value, conds, part, line in self._live_assigns(name, self._at):
                 d = dotted(value.func) if part is None and target.__class__ is _NAME and \
                     value.__class__ is _CALL else None
+                if d and self._same_side(conds, line) and (qualify(self.mod, d) or "").split(".")[0] in \
+                        _GLOBAL_SHAPE_PACKAGES:
+                    got = True  # `ht.array(local, is_split=0)`: its shape is the global one
+                    continue
                 if not d or d[-1] not in _SIZED_FACTORIES or not self._same_side(conds, line):
                     got = False
                     break

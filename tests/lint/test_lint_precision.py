@@ -4471,6 +4471,31 @@ def test_a_tensor_built_in_a_shape_every_rank_was_sent_has_an_agreed_size(tmp_pa
             [("HK202", marks(src, "HERE"), marks(src, "BRANCH"))], change
 
 
+#: heat's k-medians: an array heat builds reports its global shape, the same on every rank
+GLOBAL_SHAPE_OF_A_HEAT_ARRAY = """
+import heat as ht
+
+
+def update(x, matching, k):
+    for i in range(k):
+        local = x.larray[matching.larray == i]
+        clean = ht.array(local, is_split=x.split)
+        if clean.shape[0] == 0:  # BRANCH
+            xi = ht.zeros(x.shape[1])
+            x.comm.Bcast(xi, root=0)  # HERE
+"""
+
+
+def test_the_shape_of_a_heat_array_is_global(tmp_path):
+    assert lint_tree(tmp_path, {"prog.py": GLOBAL_SHAPE_OF_A_HEAT_ARRAY}) == []
+    # this rank's part of it, or a torch tensor of the same data, is this rank's own
+    for i, change in enumerate([("clean.shape[0] == 0", "clean.larray.shape[0] == 0"),
+                                ("clean = ht.array(local, is_split=x.split)", "clean = torch.as_tensor(local)")]):
+        src = "import torch\n" + GLOBAL_SHAPE_OF_A_HEAT_ARRAY.replace(*change)
+        assert [f[1:] for f in lint_tree(tmp_path / str(i), {"prog.py": src})] == \
+            [("HK201", marks(src, "HERE"), marks(src, "BRANCH"))], change
+
+
 def test_a_raise_through_a_helper_under_a_rank_branch_names_the_helpers_raise(tmp_path):
     from hpc_hangkit.lint import lint_paths
     (tmp_path / "util.py").write_text(textwrap.dedent("""
