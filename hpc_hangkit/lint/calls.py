@@ -374,6 +374,32 @@ class Project:
         for ff in mod.funcs.values():
             self.funcs[(mod.key, ff.qualname)] = ff
 
+    def record_field(self, mod, cls, attr, field):
+        """Rank level of ``self.<attr>.<field>`` in class ``cls`` of ``mod`` when every binding
+        of ``self.<attr>`` in the class's methods (None aside) is a call of a tree function that
+        builds a record (:attr:`~hpc_hangkit.lint.model.FuncFacts.ret_record`:
+        ``TrainerRunConfig(**config)``): the level of that field's value there, with its
+        callers' levels of the parameters it reads, rather than the level of the whole record
+        (a record that also holds ``is_world_process_zero`` has a ``num_epochs`` the same on
+        every rank). None when that is not known: another binding, a field the record does
+        not set, a builder that calls a tree function whose return is rank-dependent."""
+        refs = mod.attr_records.get((cls, attr))
+        if not refs:
+            return None
+        lv = 0
+        for ref in refs:
+            ff = self.resolve(ref)
+            got = ff.ret_record.get(field) if ff is not None and ff.ret_record else None
+            if got is None:
+                return None
+            for c in ff.calls:
+                callee = self.resolve(c[0])
+                if callee is not None and callee is not ff and (callee.ret_level or callee.ret_record):
+                    return None
+            own, read = got
+            lv = max(lv, own, max((ff.param_levels.get(p, 0) for p in read), default=0))
+        return lv
+
     def flag_attr(self, name):
         """True when ``self.<name>`` is bound only to True or False in the tree's methods (a
         yes/no setting, read whatever its name: ``self.dynamic_num_samples = False``, later
@@ -663,18 +689,27 @@ class Project:
                         if lv > self.foreign.get(k, 0):
                             self.foreign[k] = lv
             elif (nt is ast.AugAssign or nt is ast.AnnAssign) and ff.cls:
-                _unflag(mod, (n.target,))
+                # `self.config: RunConfig = None`: a record's start, as a plain `= None`
+                _unflag(mod, ff.cls, (n.target,), nt is ast.AnnAssign and (
+                    n.value is None or (n.value.__class__ is ast.Constant and n.value.value is None)))
             elif nt is _ASSIGN and ff.cls:
                 for t in n.targets:
                     key = _self_attr(t)
                     if key is None:
                         if t.__class__ is ast.Tuple or t.__class__ is ast.List:
-                            _unflag(mod, t.elts)
+                            _unflag(mod, ff.cls, t.elts)
                         continue
                     if "." not in key:
                         v = n.value
                         mod.attr_flags[key] = mod.attr_flags.get(key, True) and v.__class__ is ast.Constant and \
                             v.value.__class__ is bool
+                        k = (ff.cls, key)
+                        made = mod.attr_records.get(k, ())
+                        if made is not False and not (v.__class__ is ast.Constant and v.value is None):
+                            # `self.run_config = self._create_run_config(...)`: what it builds (Project.record_field)
+                            ref = call_ref(mod, ff.cls, ff.qualname, v) if v.__class__ is _CALL else None
+                            mod.attr_records[k] = made + (ref,) if ref is not None and ref[0] not in _GUESSED \
+                                else False
                     attr_vals.append((key, n.value))
                     if "." not in key:
                         k = (ff.cls, key)
@@ -786,6 +821,15 @@ class Project:
                     ref = call_ref(mod, ff.cls, ff.qualname, n)
                     if ref is not None:
                         ff.ret_calls.append(ref)
+        if len(rets) == 1 and not bare and ff.qualname != "<module>" and rets[0].__class__ is _CALL and \
+                any(st.__class__ is _RETURN and st.value is rets[0] for st in node.body):
+            fields = _record_fields(node, rets[0])
+            if fields:
+                nodes = local if local is not None else walk_local(node)
+                at = rets[0].lineno
+                ff.ret_record = {k: (taint.level_at(v, at) if taint is not None else 0,
+                                     _flows_from([v], nodes, params) if params else _NONE)
+                                 for k, v in fields.items()}
         if ff.kwarg is not None:
             va = node.args.vararg
             both = (va.arg, ff.kwarg) if va is not None else None
@@ -837,7 +881,7 @@ class Project:
             ff.noreturn = any(_endless(n) for n in node.body)
         if ff.qualname != "<module>":
             words = mod.words.get(id(node))
-            ff.raises = (words is None or "raise" in words) and _raises(node.body)
+            ff.raises = (words is None or "raise" in words) and _raises(node.body) and not _stub(node)
             if ff.raises:
                 at = _raises(node.body, every=True)
                 ff.raise_line = at[0][0] if at else 0
@@ -941,7 +985,8 @@ class Project:
             got = [agreed_value(r) for r in rets]
             # every return is an agreeing collective's result (`return comm.bcast(data)`), or
             # constant or agreed
-            fixed = [_returns_agreeing(mod, r) or (bool(agreed) and _uniform_return(r, nodes, agreed, mod.imports))
+            fixed = [_returns_agreeing(mod, r) or (bool(agreed) and _uniform_return(_unnot(r), nodes, agreed,
+                                                                                mod.imports))
                      for r in rets]
             # constants chosen by tests of agreed values only (`if total[0] > 0: return True`)
             chosen = all(g is True or isinstance(r, ast.Constant) for r, g in zip(rets, got)) and \
@@ -2940,9 +2985,32 @@ def _targets(n):
 
 
 def _unnot(e):
-    """``e`` without a leading ``not`` (the negation of a value is as agreed as the value)."""
-    while e.__class__ is ast.UnaryOp and e.op.__class__ is ast.Not:
-        e = e.operand
+    """``e`` without a leading ``not`` (the negation of a value is as agreed as the value), and
+    a conditional expression whose two sides are one value in two forms without that choice
+    (``t if is_tensor else t.item()``: OLMo-core's ``all_reduce_value``)."""
+    while True:
+        if e.__class__ is ast.UnaryOp and e.op.__class__ is ast.Not:
+            e = e.operand
+        elif e.__class__ is ast.IfExp and ast.dump(_unconverted(e.body)) == ast.dump(_unconverted(e.orelse)):
+            e = _unconverted(e.body)
+        else:
+            return e
+
+
+#: methods and builtins that hand back their receiver's (argument's) value in another form
+_CONVERSIONS = frozenset(("item", "tolist", "cpu", "numpy", "int", "float", "bool"))
+
+
+def _unconverted(e):
+    """``e`` without the conversions around it (:data:`_CONVERSIONS`: ``t.item()``, ``int(n)``)."""
+    while e.__class__ is _CALL and not e.keywords:
+        f = e.func
+        if f.__class__ is ast.Attribute and f.attr in _CONVERSIONS and not e.args:
+            e = f.value
+        elif f.__class__ is _NAME and f.id in _CONVERSIONS and len(e.args) == 1:
+            e = e.args[0]
+        else:
+            break
     return e
 
 
@@ -3142,13 +3210,87 @@ def _first_bound(nodes, names):
     return out
 
 
-def _unflag(mod, targets):
-    """Note in ``mod.attr_flags`` that each ``self.x`` of ``targets`` is bound to something
-    other than True or False (an unpacking, an augmented or annotated assignment)."""
+def _unflag(mod, cls, targets, none=False):
+    """Note in ``mod.attr_flags`` that each ``self.x`` of ``targets`` (of class ``cls``) is
+    bound to something other than True or False (an unpacking, an augmented or annotated
+    assignment), and in ``mod.attr_records`` that it holds no record only; ``none``: an
+    annotated assignment of None (or of nothing), which leaves the records as they are."""
     for t in targets:
         key = _self_attr(t)
         if key is not None and "." not in key:
             mod.attr_flags[key] = False
+            if not none:
+                mod.attr_records[(cls, key)] = False
+
+
+def _stub(fn):
+    """True for a method that only stands for its overrides: its body (its docstring aside) is
+    ``raise NotImplementedError`` (an ``@abstractmethod``'s, most often). A call of it runs an
+    override (or fails alike on every rank, a program with no override), so its raise is not
+    one a rank takes apart from the others."""
+    body = fn.body[1:] if fn.body and fn.body[0].__class__ is ast.Expr and \
+        fn.body[0].value.__class__ is ast.Constant and fn.body[0].value.value.__class__ is str else fn.body
+    if len(body) != 1 or body[0].__class__ is not ast.Raise or body[0].exc is None:
+        return False
+    exc = body[0].exc.func if body[0].exc.__class__ is _CALL else body[0].exc
+    return (dotted(exc) or [""])[-1] == "NotImplementedError"
+
+
+def _record_fields(fn, r):
+    """``{field: value expression}`` when ``r``, the only return of function ``fn`` and one
+    of its top-level statements' value, builds a record: a call of a capitalised name (a
+    class) with keywords only, each ``field=value`` or ``**d`` of a local that ``fn`` assigns
+    once, at its top level, a dict literal with string keys, and never changes, hands on or
+    rebinds after (pytorch-accelerated's ``return TrainerRunConfig(**config)``); else None."""
+    if r.__class__ is not _CALL or r.args:
+        return None
+    d = dotted(r.func)
+    if not d or not d[-1][:1].isupper():
+        return None
+    fields = {}
+    for k in r.keywords:
+        if k.arg is not None:
+            fields[k.arg] = k.value
+            continue
+        if k.value.__class__ is not _NAME:
+            return None
+        lit = _dict_local(fn, k.value.id, r)
+        if lit is None:
+            return None
+        fields.update(lit)
+    return fields or None
+
+
+def _dict_local(fn, name, r):
+    """The ``{key: value}`` of the one top-level ``name = {...}`` of function ``fn`` (string
+    keys), when nothing else in ``fn`` binds, stores into, calls a method of or hands on
+    ``name`` (``r``, the record call that unpacks it, aside); else None."""
+    lit = None
+    for st in fn.body:
+        if st.__class__ is _ASSIGN and len(st.targets) == 1 and st.targets[0].__class__ is _NAME and \
+                st.targets[0].id == name:
+            if lit is not None or st.value.__class__ is not ast.Dict or not all(
+                    k.__class__ is ast.Constant and k.value.__class__ is str for k in st.value.keys):
+                return None
+            lit = st
+    if lit is None:
+        return None
+    for n in ast.walk(fn):
+        if n.__class__ is _NAME and n.id == name and n.ctx.__class__ is not ast.Load and n is not lit.targets[0]:
+            return None  # bound again (a loop, `global`, a nested assignment)
+        if n.__class__ is ast.Subscript and n.ctx.__class__ is not ast.Load and n.value.__class__ is _NAME and \
+                n.value.id == name:
+            return None  # `config["x"] = ...`, `del config["x"]`
+        if n.__class__ is _CALL and n is not r:
+            f = n.func
+            if f.__class__ is ast.Attribute and f.value.__class__ is _NAME and f.value.id == name:
+                return None  # `config.update(...)`
+            if any(a.__class__ is _NAME and a.id == name for a in n.args) or any(
+                    k.value.__class__ is _NAME and k.value.id == name for k in n.keywords):
+                return None  # handed to a call that may change it
+        if n.__class__ is ast.AugAssign and n.target.__class__ is _NAME and n.target.id == name:
+            return None
+    return dict(zip((k.value for k in lit.value.keys), lit.value.values))
 
 
 def _self_attr(t):

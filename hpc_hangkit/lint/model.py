@@ -95,7 +95,7 @@ class FuncFacts:
                  "directs", "cond_ranges", "tested", "general", "ret_agreed", "ret_uniform", "agreed_attrs",
                  "ret_elem_trips", "equal_count", "elem_args", "called", "p2p", "free_calls",
                  "uniform_params", "passes", "open_params", "ret_pad", "ret_fields", "agrees",
-                 "ret_direct", "ret_none", "ret_none_params", "ret_empty", "dispatched", "rebinds", "keeps_none", "raise_at", "raise_line", "kwarg",
+                 "ret_direct", "ret_none", "ret_none_params", "ret_empty", "ret_record", "dispatched", "rebinds", "keeps_none", "raise_at", "raise_line", "kwarg",
                  "forwards", "varpos", "ret_type", "made", "wrapped", "param_called", "hands_wrapped", "ret_through", "ret_wrapper", "local_calls", "wrap_reach", "assigned_params", "attr_plain", "hand_reach", "relays", "ret_args", "param_from", "param_none")
 
     def __init__(self, module, qualname, cls, line, node, path=None):
@@ -118,6 +118,9 @@ class FuncFacts:
         #: the parameter whose emptiness every return tests (``return x.numel() == 0``): each call
         #: is read as that test of its argument (Taint.test_level); else None
         self.ret_empty = None
+        #: field -> (level, parameters read) of the record the function builds and returns
+        #: (:func:`hpc_hangkit.lint.calls._record_fields`), or None
+        self.ret_record = None
         #: after propagation: its witness is reached through an override that only the class an
         #: annotation declares makes possible (Project.overrides): a configuration's choice
         self.dispatched = False
@@ -369,7 +372,7 @@ class ModuleFacts:
     __slots__ = ("path", "key", "name", "imports", "stars", "funcs", "bases", "attr_levels", "ignores", "bad_ignores", "lines",
                  "tree", "is_package", "has_p2p", "local", "attr_types", "collective_attrs",
                  "attr_agreed", "words", "comm_receivers", "flag_cache", "abort_hook", "aliases", "attr_counts",
-                 "attr_flags")
+                 "attr_flags", "attr_records")
 
     def __init__(self, path, name, tree, text, is_package=False):
         self.path = path
@@ -393,6 +396,9 @@ class ModuleFacts:
         #: attr -> True when every ``self.attr`` binding in this module's methods assigns True or
         #: False (a yes/no setting, whatever its name), False when one binds anything else
         self.attr_flags = {}
+        #: (class, attr) -> the call refs every non-None binding of ``self.attr`` is a call of
+        #: (``self.cfg = self._make_config()``), False when one is anything else
+        self.attr_records = {}
         #: (class, attr) whose value some method agrees through a collective (after propagation)
         self.attr_agreed = set()
         #: class -> its ``self`` flags that are true only with several processes (built on demand)

@@ -664,13 +664,17 @@ class Taint:
                 # a progress bar disabled on some ranks never advances its counter there
                 return self.level(self.bars[e.value.id])
             lv = 0
+            field = None
             if self.project is not None and self.cls and not self._direct:
                 d = dotted(e)
                 if d and d[0] == "self" and len(d) <= 4:
                     lv = self.project.attr_level(self.mod, self.cls, ".".join(d[1:]))
+                    if len(d) == 3:
+                        # `self.run_config.num_epochs`: that field of the record, not the record
+                        field = self.project.record_field(self.mod, self.cls, d[1], d[2])
             if e.attr == "shape" and _data_name(e.value):
                 lv = max(lv, 1)
-            return max(lv, self.level(e.value))
+            return max(lv, self.level(e.value) if field is None else field)
         if t is _CALL:
             return self._call_level(e)
         if t is _SUBSCRIPT:

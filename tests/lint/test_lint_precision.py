@@ -4496,6 +4496,129 @@ def test_the_shape_of_a_heat_array_is_global(tmp_path):
             [("HK201", marks(src, "HERE"), marks(src, "BRANCH"))], change
 
 
+#: pytorch-accelerated's Trainer: a run's settings built into one record with this rank's place
+RECORD_WITH_A_RANK_FIELD = """
+import torch.distributed as dist
+from dataclasses import dataclass
+
+
+@dataclass
+class RunConfig:
+    num_epochs: int
+    is_distributed: bool
+    is_world_process_zero: bool
+
+
+class Trainer:
+    def __init__(self):
+        self.run_config: RunConfig = None
+
+    def _create_run_config(self, num_epochs):
+        config = {
+            "num_epochs": num_epochs,
+            "is_distributed": dist.is_available() and dist.get_world_size() > 1,
+            "is_world_process_zero": dist.get_rank() == 0,
+        }
+        return RunConfig(**config)
+
+    def train(self, t, num_epochs=3):
+        self.run_config = self._create_run_config(num_epochs)
+        for epoch in range(self.run_config.num_epochs):
+            if self.run_config.is_distributed:
+                dist.all_reduce(t)
+        if self.run_config.is_world_process_zero:  # BRANCH
+            dist.barrier()  # HERE
+"""
+
+
+def test_a_uniform_field_of_a_record_that_holds_the_rank_is_uniform(tmp_path):
+    src = RECORD_WITH_A_RANK_FIELD
+    assert [f[1:] for f in lint_tree(tmp_path, {"prog.py": src})] == \
+        [("HK101", marks(src, "HERE"), marks(src, "BRANCH"))]
+    for i, change in enumerate([
+            # the dict changed after it is built
+            ("        return RunConfig(**config)", "        config['num_epochs'] = dist.get_rank()\n"
+                                                 "        return RunConfig(**config)"),
+            # the field read from a parameter a caller hands the rank
+            ("self._create_run_config(num_epochs)", "self._create_run_config(dist.get_rank())"),
+            # the attribute bound to something else too
+            ("        self.run_config: RunConfig = None", "        self.run_config = load_config(dist.get_rank())")]):
+        changed = src.replace(*change)
+        assert changed != src
+        # the all_reduce two lines above the barrier: under a loop or a test read from the field
+        found = [f[2] for f in lint_tree(tmp_path / str(i), {"prog.py": changed})]
+        assert marks(changed, "HERE") - 2 in found, (change, found)
+
+
+#: OLMo-core's Trainer: the train module's `train_batch` is declared abstract; an override runs
+ABSTRACT_STUB_UNDER_A_RANK_TEST = """
+from abc import ABC, abstractmethod
+
+import torch.distributed as dist
+
+
+class TrainModule(ABC):
+    @abstractmethod
+    def train_batch(self, batch):
+        \"\"\"Run one batch.\"\"\"
+        raise NotImplementedError
+
+
+class Trainer:
+    def __init__(self, train_module: TrainModule):
+        self.train_module = train_module
+
+    def fit(self, batch):
+        if dist.get_rank() == 0:  # BRANCH
+            self.train_module.train_batch(batch)
+        dist.barrier()  # HERE
+"""
+
+
+def test_the_raise_of_a_method_that_stands_for_its_overrides_is_not_followed(tmp_path):
+    assert lint_tree(tmp_path, {"prog.py": ABSTRACT_STUB_UNDER_A_RANK_TEST}) == []
+    # a method that checks its input and raises is followed, abstract or not
+    src = ABSTRACT_STUB_UNDER_A_RANK_TEST.replace(
+        "        raise NotImplementedError\n", "        if not batch:\n            raise ValueError(batch)\n")
+    assert src != ABSTRACT_STUB_UNDER_A_RANK_TEST
+    assert [f[1:] for f in lint_tree(tmp_path / "b", {"prog.py": src})] == \
+        [("HK103", marks(src, "HERE"), marks(src, "BRANCH"))]
+
+
+#: OLMo-core's all_reduce_value: the reduced value handed back as a tensor or as a number
+AGREED_IN_TWO_FORMS = """
+import torch
+import torch.distributed as dist
+
+
+def all_reduce_value(value, device, op=dist.ReduceOp.SUM, group=None):
+    if dist.is_available() and dist.is_initialized():
+        is_tensor = isinstance(value, torch.Tensor)
+        value_tensor = value if is_tensor else torch.tensor(value)
+        dist.all_reduce(value_tensor, op=op, group=group)
+        return value_tensor if is_tensor else value_tensor.item()
+    else:
+        return value
+
+
+def check(mine):
+    r = dist.get_rank() if mine else -1
+    r = all_reduce_value(r, "cpu", op=dist.ReduceOp.MAX)
+    if r >= 0:  # BRANCH
+        dist.barrier()  # HERE
+"""
+
+
+def test_an_agreed_value_returned_in_either_of_two_forms_is_agreed(tmp_path):
+    assert lint_tree(tmp_path, {"prog.py": AGREED_IN_TWO_FORMS}) == []
+    # two different values chosen by the test are not one value in two forms
+    src = AGREED_IN_TWO_FORMS.replace("value_tensor if is_tensor else value_tensor.item()",
+                                      "value_tensor if is_tensor else value")
+    assert src != AGREED_IN_TWO_FORMS
+    assert [f[1:] for f in lint_tree(tmp_path / "b", {"prog.py": src})] == \
+        [("HK101", marks(src, "HERE"), marks(src, "BRANCH"))]
+
+
 def test_a_raise_through_a_helper_under_a_rank_branch_names_the_helpers_raise(tmp_path):
     from hpc_hangkit.lint import lint_paths
     (tmp_path / "util.py").write_text(textwrap.dedent("""
