@@ -675,7 +675,7 @@ class _Walker:
             return
         self.seen.add(id(node))
         on_group = False
-        if direct and code.startswith("HK1") and isinstance(node, ast.Call):
+        if code.startswith("HK1") and isinstance(node, ast.Call):
             group = self._group_of(node)
             if group is None and self.taint.call_kind(node)[0] != "collective":
                 at, _ = self._helper_collective(node)
@@ -848,8 +848,9 @@ class _Walker:
         """True when the rank-dependent test at ``line`` reads only this rank's place within a
         named group or mesh axis other than ``group`` (the collective's): a rank call given a
         group (`dist.get_rank(self.dp_group)`, `gpc.get_local_rank(ParallelMode.X)`,
-        `mesh.coordinate(axis)`) or named for an axis (`get_tensor_model_parallel_rank()`,
-        `is_first_stage()`), directly or through locals assigned one, and no process-wide rank.
+        `mesh.coordinate(axis)`), a call or attribute named for an axis
+        (`get_tensor_model_parallel_rank()`, `is_first_stage()`, `self.pp_group_rank`), directly
+        or through locals assigned one, and no process-wide rank.
         The members of a group on another axis share that place, so whether they all take the
         same side is the layout's business (colossalai's 2D/3D layers, Megatron-Core's
         pipeline stages); a rank in the collective's own group keeps the finding an error."""
@@ -887,8 +888,17 @@ class _Walker:
                                 rel += 1
                         else:
                             glob += 1
-                elif isinstance(n, ast.Attribute) and (n.attr in C.RANK_NAMES or C.is_rank_attr(n.attr)):
-                    glob += 1
+                elif isinstance(n, ast.Attribute) and (n.attr in C.RANK_NAMES or C.is_rank_attr(n.attr) or
+                                                       n.attr.lower().endswith("_rank")):
+                    # `self.pp_group_rank`: this rank's place on the axis its name says
+                    axes = set(w for w in n.attr.lower().split("_") if w) & _AXES
+                    if axes:
+                        if axes & gwords:
+                            glob += 1
+                        else:
+                            rel += 1
+                    elif n.attr in C.RANK_NAMES or C.is_rank_attr(n.attr):
+                        glob += 1
                 elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id not in seen:
                     seen.add(n.id)
                     vals = _local_values(self.ff.node, n.id)[0]

@@ -4619,6 +4619,37 @@ def test_an_agreed_value_returned_in_either_of_two_forms_is_agreed(tmp_path):
         [("HK101", marks(src, "HERE"), marks(src, "BRANCH"))]
 
 
+#: OLMo-core's pipeline train module: the last pipeline stage reduces over its data-parallel group
+STAGE_TEST_BEFORE_A_DATA_PARALLEL_REDUCE = """
+import torch.distributed as dist
+
+
+class PipelineTrainModule:
+    def __init__(self, pp_group, dp_group):
+        self.pp_group = pp_group
+        self.dp_process_group = dp_group
+        self.pp_group_rank = dist.get_rank(pp_group)
+        self.pp_final_stage_rank = dist.get_world_size(pp_group) - 1
+
+    def reduce_send_recv(self, x):
+        if self.pp_group_rank == self.pp_final_stage_rank:  # BRANCH
+            dist.all_reduce(x, group=self.dp_process_group)  # HERE
+"""
+
+
+def test_a_rank_attribute_named_for_another_axis_than_the_collectives_group_is_a_note(tmp_path):
+    def levels(src, sub):
+        (tmp_path / sub).mkdir()
+        (tmp_path / sub / "prog.py").write_text(textwrap.dedent(src))
+        return [(f.code, f.line, f.severity) for f in lint_paths([str(tmp_path / sub)], level="note").findings]
+    src = STAGE_TEST_BEFORE_A_DATA_PARALLEL_REDUCE
+    assert levels(src, "a") == [("HK101", marks(src, "HERE"), "note")]
+    # the collective on the pipeline group itself: the stage test splits its members
+    same = src.replace("group=self.dp_process_group", "group=self.pp_group")
+    assert same != src
+    assert [x[2] for x in levels(same, "b")] in (["warning"], ["error"])
+
+
 def test_a_raise_through_a_helper_under_a_rank_branch_names_the_helpers_raise(tmp_path):
     from hpc_hangkit.lint import lint_paths
     (tmp_path / "util.py").write_text(textwrap.dedent("""
