@@ -379,6 +379,15 @@ class Taint:
                 self._at = None
             else:  # a loop's element, a part of an unpacked tuple: what the name holds
                 lv = max([self.env.get(n, 0) for n in _names(target)] or [0])
+                if lv and isinstance(part, int) and value.__class__ is _CALL:
+                    # `paths, err = broadcast_object((paths, err))`: what this element holds
+                    # here, not every value the name holds in the function
+                    self._at = line or None
+                    own = self._elem_level(value, part)
+                    for kind, c in conds:
+                        own = max(own, 1 if kind == "except" else self._cond_level(c))
+                    self._at = None
+                    lv = min(lv, own)
                 if lv and isinstance(part, int):
                     # `train_dl, valid_dl = get_dataloaders(rank=rank)`: the element's own trip
                     # count (a loader with a distributed sampler: as many items on every rank)

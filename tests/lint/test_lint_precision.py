@@ -4650,6 +4650,40 @@ def test_a_rank_attribute_named_for_another_axis_than_the_collectives_group_is_a
     assert [x[2] for x in levels(same, "b")] in (["warning"], ["error"])
 
 
+#: OLMo-core's Trainer: the checkpoint paths rank 0 found, broadcast with an error in a tuple
+TUPLE_UNPACKED_FROM_AN_AGREED_CALL = """
+import torch.distributed as dist
+
+
+def broadcast_object(obj, src=0, group=None):
+    if not (dist.is_available() and dist.is_initialized()):
+        return obj
+    object_list = [obj]
+    dist.broadcast_object_list(object_list, src=src, group=group)
+    return object_list[0]
+
+
+def load_all():
+    paths = []
+    err = None
+    if dist.get_rank() == 0:
+        paths = ["x", "y"]
+    paths, err = broadcast_object((paths, err))
+    for p in paths:  # BRANCH
+        dist.barrier()  # HERE
+"""
+
+
+def test_a_name_rebound_to_an_element_of_an_agreed_tuple_holds_that_element(tmp_path):
+    assert lint_tree(tmp_path, {"prog.py": TUPLE_UNPACKED_FROM_AN_AGREED_CALL}) == []
+    # unpacked from a call that hands back this rank's own values, the paths stay rank-dependent
+    src = TUPLE_UNPACKED_FROM_AN_AGREED_CALL.replace("paths, err = broadcast_object((paths, err))",
+                                                     "paths, err = tuple((paths, err))")
+    assert src != TUPLE_UNPACKED_FROM_AN_AGREED_CALL
+    assert [f[1:] for f in lint_tree(tmp_path / "b", {"prog.py": src})] == \
+        [("HK105", marks(src, "HERE"), marks(src, "BRANCH"))]
+
+
 def test_a_raise_through_a_helper_under_a_rank_branch_names_the_helpers_raise(tmp_path):
     from hpc_hangkit.lint import lint_paths
     (tmp_path / "util.py").write_text(textwrap.dedent("""
