@@ -690,14 +690,14 @@ class Project:
                             self.foreign[k] = lv
             elif (nt is ast.AugAssign or nt is ast.AnnAssign) and ff.cls:
                 # `self.config: RunConfig = None`: a record's start, as a plain `= None`
-                _unflag(mod, ff.cls, (n.target,), nt is ast.AnnAssign and (
+                _bound_otherwise(mod, ff.cls, (n.target,), nt is ast.AnnAssign and (
                     n.value is None or (n.value.__class__ is ast.Constant and n.value.value is None)))
             elif nt is _ASSIGN and ff.cls:
                 for t in n.targets:
                     key = _self_attr(t)
                     if key is None:
                         if t.__class__ is ast.Tuple or t.__class__ is ast.List:
-                            _unflag(mod, ff.cls, t.elts)
+                            _bound_otherwise(mod, ff.cls, t.elts)
                         continue
                     if "." not in key:
                         v = n.value
@@ -3210,7 +3210,7 @@ def _first_bound(nodes, names):
     return out
 
 
-def _unflag(mod, cls, targets, none=False):
+def _bound_otherwise(mod, cls, targets, none=False):
     """Note in ``mod.attr_flags`` that each ``self.x`` of ``targets`` (of class ``cls``) is
     bound to something other than True or False (an unpacking, an augmented or annotated
     assignment), and in ``mod.attr_records`` that it holds no record only; ``none``: an

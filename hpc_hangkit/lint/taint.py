@@ -1010,8 +1010,7 @@ class Taint:
                 if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
                     if self._gathers.get(n.id):
                         continue  # assumed for the local being decided, or decided shared
-                    reaching = [r for r in self._assigns_reaching(n.id, line)
-                                if not (self._killed(n.id, r[4], line) or self._apart(r[4], line, n.id))]
+                    reaching = self._live_assigns(n.id, line)
                     if not reaching or n.id in self._fn_params or n.id in self.shared:
                         return False
                     for target, v, conds, part, ln in reaching:
