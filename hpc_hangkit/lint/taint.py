@@ -1990,25 +1990,49 @@ _IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError", "AttributeError"}
 
 
 def _optional_import(st, handler):
-    """True for the fallback of an optional package: ``try:`` holds one statement that imports
-    or looks a name up in a module (``import x``, ``m = getattr(import_module("pkg"), name)(...)``)
-    and the handler catches only ``ImportError``/``ModuleNotFoundError``/``AttributeError``:
-    which packages and names are installed is the same on every rank, so every rank takes the
-    handler or none does (unlike other exceptions, which only the rank that raised sees)."""
+    """True for the fallback of an optional package, which every rank takes or none does (which
+    packages and names are installed is the same on every rank; other exceptions only the rank
+    that raised sees). Two forms:
+
+    - ``try:`` holds one statement that imports or looks a name up in a module (``import x``,
+      ``m = getattr(import_module("pkg"), name)(...)``) and the handler catches only
+      ``ImportError``/``ModuleNotFoundError``/``AttributeError``;
+    - ``try:`` holds imports and statements that cannot raise by themselves (:func:`_inert`:
+      ``HAVE_X = True``, ``comm = MPI.COMM_WORLD``, ``size = comm.size``), at least one import,
+      and the handler catches those errors or any (``Exception``, ``BaseException``, a bare
+      ``except``): only the imports can fail (espnet's ``import torch`` probe, pySDC's
+      ``from mpi4py import MPI`` / ``MPI_ready = True``)."""
     t = handler.type
     names = t.elts if isinstance(t, ast.Tuple) else [t] if t is not None else []
-    if not names or any((dotted(n) or [""])[-1] not in _IMPORT_ERRORS for n in names):
+    caught = [(dotted(n) or [""])[-1] for n in names]
+    only_import = bool(caught) and all(c in _IMPORT_ERRORS for c in caught)
+    if only_import and len(st.body) == 1:
+        b = st.body[0]
+        if isinstance(b, ast.Assign):
+            for x in ast.walk(b.value):
+                if isinstance(x, ast.Call) and (dotted(x.func) or [""])[-1] in ("import_module", "__import__"):
+                    return True
+    if not (only_import or not caught or any(c in ("Exception", "BaseException") for c in caught)):
         return False
-    if len(st.body) != 1:
-        return False
-    b = st.body[0]
-    if isinstance(b, (ast.Import, ast.ImportFrom)):
+    imports = 0
+    for b in st.body:
+        if isinstance(b, (ast.Import, ast.ImportFrom)):
+            imports += 1
+        elif not _inert(b):
+            return False
+    return imports > 0
+
+
+def _inert(st):
+    """True for a statement that cannot raise by itself: ``pass``, a docstring, or a plain
+    assignment to names of a constant, a name or an attribute of one (``ok = True``, ``size =
+    comm.size``)."""
+    if isinstance(st, ast.Pass) or (isinstance(st, ast.Expr) and isinstance(st.value, ast.Constant)):
         return True
-    if isinstance(b, ast.Assign):
-        for x in ast.walk(b.value):
-            if isinstance(x, ast.Call) and (dotted(x.func) or [""])[-1] in ("import_module", "__import__"):
-                return True
-    return False
+    if not (isinstance(st, ast.Assign) and all(isinstance(t, ast.Name) for t in st.targets)):
+        return False
+    v = st.value
+    return isinstance(v, ast.Constant) or dotted(v) is not None
 
 
 _VIEWS = ("items", "keys", "values")

@@ -6362,3 +6362,56 @@ def test_a_value_reduced_only_as_a_size_or_reassigned_before_the_reduction_is_si
         assert old in src
         src = src.replace(old, new)
     silent(tmp_path, src)
+
+
+# an installation probe: imports and statements that cannot raise by themselves, so only the
+# imports can fail, the same way on every rank (espnet's `import torch` probe, pySDC's
+# `from mpi4py import MPI` / `MPI_ready = True`)
+IMPORT_PROBE = """
+import unittest
+
+import torch.distributed as dist
+
+
+def have_apex():
+    try:
+        import apex  # noqa: F401
+        ok = True
+    except ImportError:
+        ok = False
+    return ok
+
+
+class T(unittest.TestCase):
+    def test_fused(self):
+        if not have_apex():  # BRANCH
+            raise unittest.SkipTest("no apex")
+        dist.barrier()  # HERE
+"""
+
+
+@pytest.mark.parametrize("old,new", [
+    (None, None),
+    # several imports, an attribute of the imported module, any exception
+    ("        import apex  # noqa: F401\n        ok = True\n    except ImportError:\n",
+     "        import apex\n        from apex import optimizers\n        fused = optimizers.FusedAdam\n"
+     "        ok = True\n    except Exception:\n"),
+    ("    except ImportError:\n", "    except:  # noqa: E722\n"),
+])
+def test_an_installation_probe_is_the_same_on_every_rank(tmp_path, old, new):
+    src = IMPORT_PROBE if old is None else IMPORT_PROBE.replace(old, new)
+    assert old is None or old in IMPORT_PROBE
+    silent(tmp_path, src)
+
+
+@pytest.mark.parametrize("old,new", [
+    # a call in the body can fail on one rank only (a file on this node)
+    ("        ok = True\n", "        ok = open('/tmp/apex.cfg').read() == 'on'\n"),
+    # a handler for what a node sees, not for a missing package
+    ("    except ImportError:\n", "    except OSError:\n"),
+    # no import at all: only a call that can fail
+    ("        import apex  # noqa: F401\n", "        dist.get_rank() and 1 / 0\n"),
+])
+def test_a_probe_that_can_fail_on_one_rank_still_flags(tmp_path, old, new):
+    assert old in IMPORT_PROBE
+    expect(tmp_path, IMPORT_PROBE.replace(old, new), "HK203")
