@@ -15,7 +15,7 @@ import re
 from operator import itemgetter
 
 from hpc_hangkit.lint import collectives as C
-from hpc_hangkit.lint.model import FuncFacts, rankish_word, defaults_of, dotted, module_name, names_of, nodes_of, functions_of, qualify, walk_local, wrapped_at, wrapper_at
+from hpc_hangkit.lint.model import FuncFacts, group_arg, own_group, rankish_word, defaults_of, dotted, module_name, names_of, nodes_of, functions_of, qualify, walk_local, wrapped_at, wrapper_at
 from hpc_hangkit.lint.taint import Taint, agreed_operand, call_kind, collective_aliases, fake_backend, single_process_returns
 from hpc_hangkit.lint.taint import _AGREEING_ARG0, _AGREEING_ARG1, _RETURN_AGREES
 from hpc_hangkit.lint.taint import _is_flag as _flag
@@ -442,7 +442,7 @@ class Project:
                 _prune_pending(ff)
         self._saved = None
         # only a loader's attribute counts (a missing key reads as any other)
-        mod.attr_counts = {k: True for k, v in mod.attr_counts.items() if v}
+        mod.attr_counts = {k: v for k, v in mod.attr_counts.items() if v}
 
     def _types(self, mod, ff):
         """What objects are built from: ``x = TreeClass(...)`` (``var_types``), ``self.x =
@@ -587,6 +587,8 @@ class Project:
         handed_calls = []
         agreed = set()
         attr_vals = []
+        # the parameters and locals, for a collective's group (model.own_group), on the first one
+        bound = None
         local = mod.local.get(id(node))
         words = mod.words.get(id(node))
         # `Trainer(DDP(net))`: a wrapper built in a call's arguments (:meth:`_hands_wrapped`)
@@ -608,6 +610,14 @@ class Project:
                         ff.local_calls = list(ff.local_calls) + [(n.lineno, n.col_offset, held)]
                 if kind == "collective":
                     ff.directs.append((n.lineno, n.col_offset, name))
+                    g = group_arg(n)
+                    if g is not None:
+                        if bound is None:
+                            bound = params | _assigned(local if local is not None else walk_local(node))
+                        if own_group(g, bound):
+                            if ff.direct_groups is None:
+                                ff.direct_groups = {}
+                            ff.direct_groups.setdefault(n.lineno, ast.unparse(g))
                     idx = 0 if name in _AGREEING_ARG0 else 1 if name in _AGREEING_ARG1 else None
                     a = agreed_operand(n.args[idx]) if idx is not None and len(n.args) > idx else None
                     if a.__class__ is _NAME:
@@ -713,7 +723,14 @@ class Project:
                     attr_vals.append((key, n.value))
                     if "." not in key:
                         k = (ff.cls, key)
-                        mod.attr_counts[k] = mod.attr_counts.get(k, True) and _equal_count_value(n.value)
+                        old = mod.attr_counts.get(k, True)
+                        if old is not False and not _equal_count_value(n.value):
+                            # `self._loader = self._setup_data(ds)`: as the tree helper's return
+                            # (FuncFacts.equal_count, asked by Taint.trip_level)
+                            ref = call_ref(mod, ff.cls, ff.qualname, n.value) if n.value.__class__ is _CALL else None
+                            old = ((() if old is True else old) + (ref,)) if ref is not None and \
+                                ref[0] not in _GUESSED else False
+                        mod.attr_counts[k] = old
                     if tainted and not self._restored(ff.cls, key, n.value):
                         if taint is None:
                             taint = Taint(node, mod, ff.cls, None)

@@ -19,7 +19,7 @@ import re
 
 __all__ = ["COLLECTIVE_MODULES", "QUALIFIED", "DISTINCT", "GENERIC", "COMMISH", "P2P_SEND", "P2P_RECV",
            "GROUP_CREATE", "ABORTS", "EXITS", "RANK_CALLS", "RANK_NAMES", "RANK_ENV",
-           "LOCAL_CALLS", "LOCAL_METHODS", "DATAISH", "CONFIG_RECEIVER", "MARK_DECORATORS", "MEMBERSHIP",
+           "LOCAL_CALLS", "LOCAL_METHODS", "DATAISH", "CONFIG_RECEIVER", "MATRIX_RANK", "MARK_DECORATORS", "MEMBERSHIP",
            "EXTRA_PLAIN", "extend",
            "snapshot", "restore", "classify_call", "RANK_CALL_RE", "RANK_ATTR_RE", "LOCAL_DATA_METHODS",
            "LOCAL_DATA_CALLS", "DISPLAY_KEYWORDS", "is_display_keyword", "extend_rank_sources", "is_rank_call",
@@ -200,6 +200,10 @@ DATAISH = re.compile(r"(^|_)(batch|batches|shards|chunks|samples|files)$|^(local
 #: attribute of one named like data (:data:`DATAISH`) is a setting, not this rank's data
 CONFIG_RECEIVER = re.compile(r"^(args|config|cfg|conf|opts?|options|hparams|settings|flags)$|"
                              r"_(args|config|cfg|conf|opts|options|hparams|settings)$", re.I)
+
+#: receivers of a ``rank`` attribute that is a matrix's rank, a hyperparameter (``args.ds.lora.rank``,
+#: ``peft_config.rank``, ``self.low_rank.rank``), not this process's number
+MATRIX_RANK = re.compile(r"lora|adapter|peft|low_?rank|svd|tucker|factori[sz]", re.I)
 
 #: a test of group membership: ranks outside a group skip its collectives by design
 #: (and a branch taken only with use_local_synchronization, where non-members may skip)

@@ -89,7 +89,7 @@ class FuncFacts:
     ``witness``: after :func:`hpc_hangkit.lint.calls.propagate`, the collective it reaches
     (``"all_reduce"``) or None."""
 
-    __slots__ = ("module", "path", "qualname", "cls", "line", "calls", "direct", "direct_line", "marked",
+    __slots__ = ("module", "path", "qualname", "cls", "line", "calls", "direct", "direct_line", "direct_groups", "marked",
                  "ret_level", "ret_calls", "noreturn", "witness", "via", "node", "params", "param_levels",
                  "arg_calls", "attr_params", "raises", "var_types", "ret_elems", "ret_params", "defaults",
                  "directs", "cond_ranges", "tested", "general", "ret_agreed", "ret_uniform", "agreed_attrs",
@@ -171,6 +171,10 @@ class FuncFacts:
         self.defaults = {}
         #: every collective called directly: ``[(line, col, name)]``
         self.directs = []
+        #: line -> the source of the process group a direct collective there is handed, where it
+        #: names its group by itself (``gpc.get_group(ParallelMode.PARALLEL_1D)``, not a
+        #: parameter or a local: :func:`own_group`), for a test in a caller; None: none
+        self.direct_groups = None
         #: the parts of the body that run only when a test of the parameters holds (or does not):
         #: ``[((line, col), (end line, end col), test node, polarity)]``; polarity True: the part
         #: runs when the test is true (an ``if`` body), False: when it is false (the ``else``,
@@ -391,7 +395,9 @@ class ModuleFacts:
         self.collective_attrs = {}
         #: (class, attr) -> True when every ``self.attr = ...`` of the class's methods in this module
         #: assigns None or a loader that gives every rank as many items (``DataLoader(ds,
-        #: sampler=DistributedSampler(...))``): a loop over it has a uniform trip count
+        #: sampler=DistributedSampler(...))``): a loop over it has a uniform trip count; a tuple
+        #: of call references when some assign what tree functions return instead (``self._setup_data(ds)``):
+        #: so when each of them returns such a loader (``FuncFacts.equal_count``)
         self.attr_counts = {}
         #: attr -> True when every ``self.attr`` binding in this module's methods assigns True or
         #: False (a yes/no setting, whatever its name), False when one binds anything else
@@ -540,6 +546,35 @@ def qualify(mod, parts):
     if parts and parts[0] in mod.imports:
         return ".".join([mod.imports[parts[0]]] + parts[1:])
     return None
+
+
+#: keyword arguments that hand a collective its process group
+GROUP_KEYWORDS = ("group", "process_group", "pg", "parallel_mode", "comm_group")
+
+
+def group_arg(call):
+    """The process group or parallel mode ``call`` is handed, other than the world
+    (``group=self.tp_group``, ``gpc.get_group(ParallelMode.TENSOR)``, a mode or a ``*_group``
+    name among the arguments of a wrapper), or None."""
+    for k in call.keywords:
+        if k.arg in GROUP_KEYWORDS:
+            if (isinstance(k.value, ast.Constant) and k.value.value is None) or \
+                    (dotted(k.value) or [""])[-1] in ("WORLD", "COMM_WORLD"):
+                return None
+            return k.value
+    for a in call.args:
+        d = dotted(a) or (dotted(a.func) if isinstance(a, ast.Call) else None) or []
+        if d and (d[-1].endswith(("_group", "_pg", "parallel_mode")) or "ParallelMode" in d or
+                  d[-1] in ("get_group", "get_process_group")):
+            return a
+    return None
+
+
+def own_group(group, bound):
+    """True when process-group expression ``group`` names its group by itself: it reads no
+    name of ``bound`` (the parameters and locals of its function: what a caller or the body
+    decides), ``self`` aside."""
+    return not any(n.__class__ is _NAME and n.id in bound and n.id not in ("self", "cls") for n in ast.walk(group))
 
 
 _AST = ast.AST

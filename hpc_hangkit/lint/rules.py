@@ -13,7 +13,7 @@ import re
 from typing import NamedTuple
 
 from hpc_hangkit.lint import collectives as C
-from hpc_hangkit.lint.model import code_of, dotted, holds_wrapper, qualify, walk_local, wrapper_at
+from hpc_hangkit.lint.model import code_of, dotted, group_arg, holds_wrapper, qualify, walk_local, wrapper_at
 from hpc_hangkit.lint.calls import attr_state_dict, call_ref
 from hpc_hangkit.lint.taint import Taint, handler_condition, mentions_membership, none_read_names
 
@@ -239,8 +239,6 @@ def _words(e):
 #: the words that name the model-parallel group, and the axes it holds
 _MODEL = {"model", "mp"}
 _MODEL_HOLDS = {"tensor", "tp", "pipeline", "pp", "stage"}
-#: keyword arguments that hand a collective its process group
-_GROUP_KEYWORDS = ("group", "process_group", "pg", "parallel_mode", "comm_group")
 #: a rank call named for one axis of a parallel layout (its answer is a place within a group)
 _AXIS_WORDS = re.compile(r"parallel|pipeline|tensor|data_|expert|stage|_dp_|_tp_|_pp_|_ep_|^dp_|^tp_|^pp_|^ep_", re.I)
 #: the MPI calls that make a communicator of some of the ranks
@@ -679,7 +677,7 @@ class _Walker:
             group = self._group_of(node)
             if group is None and self.taint.call_kind(node)[0] != "collective":
                 at, _ = self._helper_collective(node)
-                group = self._group_of(at) if at is not None else None
+                group = self._group_of(at) if at is not None else self._remote_group(node)
             if (self._on_subgroup(node) and not self._tests_own_rank(node, line)) or \
                     (group is not None and self._group_relative_test(line, group)) or \
                     self._other_comm_rank(node, line):
@@ -802,21 +800,24 @@ class _Walker:
         return None
 
     def _group_of(self, call):
-        """The process group or parallel mode ``call`` is handed, other than the world
-        (``group=self.tp_group``, ``gpc.get_group(ParallelMode.TENSOR)``, a mode or a ``*_group``
-        name among the arguments of a wrapper), or None."""
-        for k in call.keywords:
-            if k.arg in _GROUP_KEYWORDS:
-                if (isinstance(k.value, ast.Constant) and k.value.value is None) or \
-                        (dotted(k.value) or [""])[-1] in ("WORLD", "COMM_WORLD"):
-                    return None
-                return k.value
-        for a in call.args:
-            d = dotted(a) or (dotted(a.func) if isinstance(a, ast.Call) else None) or []
-            if d and (d[-1].endswith(("_group", "_pg", "parallel_mode")) or "ParallelMode" in d or
-                      d[-1] in ("get_group", "get_process_group")):
-                return a
-        return None
+        """:func:`~hpc_hangkit.lint.model.group_arg` of ``call``."""
+        return group_arg(call)
+
+    def _remote_group(self, call):
+        """The process group of the collective that helper call ``call`` reaches at the end of
+        its chain, in any module, where that collective names its group by itself
+        (:attr:`~hpc_hangkit.lint.model.FuncFacts.direct_groups`), parsed; else None."""
+        callee = self.project.callee(self.mod, self.ff.cls, self.ff.qualname, call)
+        seen = set()
+        while callee is not None and callee.via is not None and callee.via[1] is not None and \
+                id(callee) not in seen:
+            seen.add(id(callee))
+            callee = callee.via[1]
+        if callee is None or callee.via is None:
+            return None
+        home = callee.general or callee
+        text = (home.direct_groups or {}).get(callee.via[0])
+        return ast.parse(text, mode="eval").body if text is not None else None
 
     def _other_comm_rank(self, call, line):
         """True when the rank-dependent test at ``line`` reads only this rank's number in

@@ -665,7 +665,7 @@ class Taint:
                     return self._reaching(sites, e.id)
             return self.env.get(e.id, 0)
         if t is _ATTRIBUTE:
-            if e.attr in C.RANK_NAMES or C.is_rank_attr(e.attr):
+            if (e.attr in C.RANK_NAMES or C.is_rank_attr(e.attr)) and not _matrix_rank(e.value):
                 return 2
             if e.attr in _WORLD_NAMES:
                 return 0  # the number of processes is the same on every rank
@@ -1794,9 +1794,13 @@ class Taint:
             lv = self._field_trip(e.value.id, e.attr)
             if lv is not None:
                 return lv
-        if e.__class__ is ast.Attribute and e.value.__class__ is ast.Name and e.value.id == "self" and \
-                self.cls and self.mod.attr_counts.get((self.cls, e.attr)) is True:
-            return 0  # `self.loader = DataLoader(ds, sampler=DistributedSampler(ds))`, and only so
+        if e.__class__ is ast.Attribute and e.value.__class__ is ast.Name and e.value.id == "self" and self.cls:
+            # `self.loader = DataLoader(ds, sampler=DistributedSampler(ds))`, and only so, or only
+            # to what tree helpers that return such a loader return
+            got = self.mod.attr_counts.get((self.cls, e.attr))
+            if got is True or (got and self.project is not None and all(
+                    c is not None and c.equal_count for c in map(self.project.resolve, got))):
+                return 0
         if isinstance(e, (ast.List, ast.Tuple)):
             return max([self.level(x.value) for x in e.elts if isinstance(x, ast.Starred)] or [0])
         if isinstance(e, ast.Dict):
@@ -1878,6 +1882,14 @@ _PLACE_CALLS = {"to", "cuda", "set_device", "device", "pin_memory", "to_empty"}
 #: attributes of a progress bar that count what it displayed (tqdm's ``n``)
 _BAR_COUNTERS = {"n", "last_print_n"}
 _FLAG = re.compile(r"^(is_|rank_is_|has_|should_|use_|if_|on_)")
+
+
+def _matrix_rank(receiver):
+    """True when ``receiver`` of a ``.rank`` read names a low-rank adapter or decomposition
+    (:data:`~hpc_hangkit.lint.collectives.MATRIX_RANK`: ``args.ds.lora``, ``peft_config``): its
+    ``rank`` is a hyperparameter, the same on every process."""
+    d = dotted(receiver)
+    return bool(d) and bool(C.MATRIX_RANK.search(d[-1]))
 
 
 def _is_flag(e):
