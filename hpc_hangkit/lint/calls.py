@@ -18,7 +18,6 @@ from hpc_hangkit.lint import collectives as C
 from hpc_hangkit.lint.model import FuncFacts, group_arg, own_group, rankish_word, defaults_of, dotted, module_name, names_of, nodes_of, functions_of, qualify, walk_local, wrapped_at, wrapper_at
 from hpc_hangkit.lint.taint import Taint, agreed_operand, call_kind, collective_aliases, fake_backend, single_process_returns
 from hpc_hangkit.lint.taint import _AGREEING_ARG0, _AGREEING_ARG1, _RETURN_AGREES
-from hpc_hangkit.lint.taint import _is_flag as _flag
 from hpc_hangkit.lint.taint import _EQUAL_COUNT, PURE_BUILTINS
 from hpc_hangkit.lint.taint import _first_and_last, _padding
 
@@ -2058,12 +2057,14 @@ def _handed(taint, mod, ff, call, ref):
     callee can do with data is mostly iterate it: the trip-count level (a loader with a
     DistributedSampler: 0), as the values are at the call's line (not what is assigned later);
     an element of a tuple a tree call returns is resolved after propagation
-    (:attr:`~hpc_hangkit.lint.model.FuncFacts.elem_args`)."""
+    (:attr:`~hpc_hangkit.lint.model.FuncFacts.elem_args`). A yes/no keyword (``use_gpu=use_gpu``)
+    is handed too: it does not size what a call returns (:meth:`Taint._args_level` leaves it
+    out), but the callee may test it."""
     taint._at = call.lineno
     first = _first_arg(mod, ff, call) if call.args else 0
     handed = [(i + first, a) for i, a in enumerate(call.args) if not isinstance(a, ast.Starred)]
     handed += [(k.arg, k.value) for k in call.keywords
-               if k.arg and not C.is_display_keyword(k.arg) and not _flag(k.value)]
+               if k.arg and not C.is_display_keyword(k.arg)]
     lv = {}
     elems = []
     for k, a in handed:

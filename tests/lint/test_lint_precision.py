@@ -6590,3 +6590,42 @@ def test_the_rank_of_a_low_rank_adapter_is_a_hyperparameter(tmp_path, receiver):
 
 def test_a_rank_attribute_of_another_receiver_is_still_the_process_rank(tmp_path):
     expect(tmp_path, LORA_RANK.replace("args.ds.lora.rank", "args.ds.rank"), "HK105")
+
+
+#: redrock PR 211: which processes use a GPU is decided by their rank, and a helper's barrier
+#: runs only where the flag handed down says so
+RANK_FLAG_HANDED_AS_A_KEYWORD = """
+import time
+
+
+def elapsed(timer, prefix, comm=None):
+    if comm is not None:
+        comm.barrier()
+    return time.time()
+
+
+def load_templates(comm=None, use_gpu=False):
+    timer = elapsed(None, "", comm=comm)
+    if use_gpu:  # BRANCH
+        timer = elapsed(timer, "GPU context", comm=comm)  # HERE
+    return timer
+
+
+def rrdesi(args, comm=None):
+    comm_rank = 0
+    if comm is not None:
+        comm_rank = comm.rank
+    use_gpu = comm_rank < args.max_gpuprocs
+    return load_templates(comm=comm, use_gpu=use_gpu)
+"""
+
+
+def test_a_rank_dependent_flag_handed_as_a_keyword_reaches_the_callees_test(tmp_path):
+    expect(tmp_path, RANK_FLAG_HANDED_AS_A_KEYWORD, "HK101")
+    # the fix: the timer no longer waits under the flag
+    silent(tmp_path / "a", RANK_FLAG_HANDED_AS_A_KEYWORD.replace(
+        '        timer = elapsed(timer, "GPU context", comm=comm)  # HERE\n',
+        '        timer = elapsed(timer, "GPU context")\n'))
+    # a flag the same on every rank
+    silent(tmp_path / "b", RANK_FLAG_HANDED_AS_A_KEYWORD.replace(
+        "    use_gpu = comm_rank < args.max_gpuprocs\n", "    use_gpu = args.gpu\n"))
