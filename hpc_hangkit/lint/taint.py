@@ -214,6 +214,8 @@ class Taint:
         #: (:meth:`_reduced_lines`) and the function's node list
         self._reductions = []
         self._reduced_at = self._reduced_nodes = None
+        #: local name -> the calls that grow it and what controls them (:func:`_growth_sites`)
+        self._growth = None
         self._resized = None
         #: name -> (line after which its length is decided, the count's level) for a list
         #: padded to an agreed count (:func:`_padded_lists`), built on the first trip count asked
@@ -1336,6 +1338,11 @@ class Taint:
                     # `if groups: groups = comm.allgather(groups)`: a value gathered from every
                     # rank is one that differs between them, so its emptiness does too
                     lv = 1
+            if lv == 0 and self._at is not None:
+                x = _truth_subject(inner)
+                if x is not None and x.id in self.assigned:
+                    # `if len(metrics) > 0:` of a list appended to only where this rank's data says
+                    lv = self._grown_level(x.id, self._at)
             if lv == 0 and self._reductions and self._at is not None:
                 x = _scalar_subject(inner)
                 if x is not None and self._reduced_after(x.id, self._at):
@@ -1343,6 +1350,35 @@ class Taint:
                     # code sums the value over the ranks because it differs between them
                     lv = 1
         return lv
+
+    def _grown_level(self, name, at):
+        """Level of the size of local ``name`` read at line ``at``, when ``name`` is only ever
+        bound to a new empty container (``[]``, ``list()``, ``{}``, ``set()``) and grows by
+        ``append``/``extend``/``insert``/``add``: the highest level of what decides, before
+        ``at``, whether or how often each of those calls runs (the tests of the ``if`` blocks it
+        is in, a test whose ``continue``/``break``/``return`` skips it, the trip counts of the
+        loops around it; :func:`_growth_sites`). xtuner PR 1394: a micro-batch of padding only
+        is skipped, so that rank's metrics list can stay empty, and the merge that all-reduces
+        each metric runs only ``if len(all_mismatch_metrics) > 0``. 0 for any other local."""
+        if self._growth is None:
+            self._growth = _growth_sites(self.fn, self.mod)
+        sites = self._growth.get(name)
+        if not sites or (name, at) in self._asking:
+            return 0
+        self._asking.add((name, at))
+        try:
+            lv = 0
+            for line, ctrl in sites:
+                if line >= at:
+                    continue
+                for kind, e, ln in ctrl:
+                    got = self._read_at(self.trip_level if kind == "for" else self.test_level, e, ln)
+                    lv = max(lv, got)
+                    if lv == 2:
+                        return 2
+            return lv
+        finally:
+            self._asking.discard((name, at))
 
     def _reduced_lines(self):
         """Local name -> the lines of the reducing collectives whose data it is as it is: the
@@ -2581,6 +2617,90 @@ def _leaves(st):
 
 
 _MUTATORS = {"append", "extend", "insert", "pop", "remove", "clear"}
+
+
+#: the calls that grow a container by one or more items
+_GROWERS = {"append", "extend", "insert", "add", "appendleft"}
+#: the empty containers a grown local starts as
+_EMPTY_MAKERS = {"list", "dict", "set", "deque", "OrderedDict", "defaultdict"}
+
+
+def _growth_sites(fn, mod):
+    """``{name: [(line, control)]}`` for each local of function ``fn`` bound only to new empty
+    containers (:data:`_EMPTY_MAKERS`, ``[]``, ``{}``) that a call grows
+    (:data:`_GROWERS`, ``name.append(x)``): each growing call's line, and ``control``: what
+    decides whether or how often it runs, as ``(kind, expression, line)``: ``("if", test,
+    line)`` for each ``if`` it is in and each ``if`` before it in an enclosing block whose body
+    leaves that block (``continue``, ``break``, ``return``, ``raise``), ``("for", iterable,
+    line)`` and ``("if", test, line)`` for each enclosing ``for`` and ``while``."""
+    empty, other = set(), set()
+    nodes = mod.local.get(id(fn))
+    for n in (nodes if nodes is not None else walk_local(fn)):
+        if n.__class__ is ast.Assign or n.__class__ is ast.AnnAssign or n.__class__ is ast.AugAssign:
+            targets = n.targets if n.__class__ is ast.Assign else [n.target]
+            v = n.value
+            is_empty = n.__class__ is not ast.AugAssign and v is not None and (
+                (isinstance(v, (ast.List, ast.Dict, ast.Set)) and not getattr(v, "elts", None) and
+                 not getattr(v, "keys", None)) or
+                (v.__class__ is _CALL and not v.args and not v.keywords and (dotted(v.func) or [""])[-1] in _EMPTY_MAKERS))
+            for t in targets:
+                for x in _names(t):
+                    (empty if is_empty and t.__class__ is _NAME else other).add(x)
+        elif isinstance(n, (ast.For, ast.AsyncFor, ast.comprehension, ast.withitem, ast.NamedExpr)):
+            t = n.optional_vars if n.__class__ is ast.withitem else n.target
+            if t is not None:
+                other.update(_names(t))
+    names = empty - other - set(_params(fn) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) else ())
+    out = {}
+    if not names:
+        return out
+
+    def visit(stmts, ctrl):
+        ctrl = list(ctrl)
+        for st in stmts:
+            if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                continue
+            for x in _own_exprs(st):
+                for c in ast.walk(x):
+                    if c.__class__ is _CALL and c.func.__class__ is _ATTRIBUTE and c.func.attr in _GROWERS and \
+                            c.func.value.__class__ is _NAME and c.func.value.id in names:
+                        out.setdefault(c.func.value.id, []).append((c.lineno, tuple(ctrl)))
+            if isinstance(st, ast.If):
+                visit(st.body, ctrl + [("if", st.test, st.lineno)])
+                visit(st.orelse, ctrl + [("if", st.test, st.lineno)])
+                if st.body and isinstance(st.body[-1], (ast.Continue, ast.Break, ast.Return, ast.Raise)):
+                    ctrl.append(("if", st.test, st.lineno))  # the rest of the block runs only past it
+            elif isinstance(st, (ast.For, ast.AsyncFor)):
+                inner = ctrl + [("for", st.iter, st.lineno)]
+                visit(st.body, inner)
+                visit(st.orelse, inner)
+            elif isinstance(st, ast.While):
+                inner = ctrl + [("if", st.test, st.lineno)]
+                visit(st.body, inner)
+                visit(st.orelse, inner)
+            elif isinstance(st, (ast.With, ast.AsyncWith)):
+                visit(st.body, ctrl)
+            elif isinstance(st, ast.Try) or type(st).__name__ == "TryStar":
+                visit(st.body, ctrl)
+                for h in st.handlers:
+                    visit(h.body, ctrl)
+                visit(st.orelse, ctrl)
+                visit(st.finalbody, ctrl)
+    visit(getattr(fn, "body", []), [])
+    return out
+
+
+def _own_exprs(st):
+    """The expressions statement ``st`` evaluates itself (not those of the blocks it holds)."""
+    if isinstance(st, (ast.If, ast.While)):
+        return [st.test]
+    if isinstance(st, (ast.For, ast.AsyncFor)):
+        return [st.iter]
+    if isinstance(st, (ast.With, ast.AsyncWith)):
+        return [i.context_expr for i in st.items]
+    if isinstance(st, ast.Try) or type(st).__name__ == "TryStar":
+        return []
+    return [st]
 
 
 def _padding(st):

@@ -6629,3 +6629,61 @@ def test_a_rank_dependent_flag_handed_as_a_keyword_reaches_the_callees_test(tmp_
     # a flag the same on every rank
     silent(tmp_path / "b", RANK_FLAG_HANDED_AS_A_KEYWORD.replace(
         "    use_gpu = comm_rank < args.max_gpuprocs\n", "    use_gpu = args.gpu\n"))
+
+
+#: xtuner PR 1394: a micro-batch of padding only is skipped, so this rank's metrics list can stay
+#: empty, and the merge that all-reduces each metric runs only where it is not
+LIST_GROWN_PAST_A_RANK_LOCAL_SKIP = """
+import torch
+import torch.distributed as dist
+
+
+def merge_metrics(metrics):
+    out = {}
+    for key in metrics[0]:
+        t = torch.tensor([m[key] for m in metrics]).mean()
+        dist.all_reduce(t)
+        out[key] = t.item()
+    return out
+
+
+def fit(micro_batches):
+    all_metrics = []
+    for mb in micro_batches:
+        if mb.numel() == 0:
+            continue
+        all_metrics.append({"loss": float(mb.sum())})
+    if len(all_metrics) > 0:  # BRANCH
+        return merge_metrics(all_metrics)  # HERE
+    return {}
+"""
+
+
+@pytest.mark.parametrize("old,new", [
+    (None, None),
+    # the append itself under the test
+    ("        if mb.numel() == 0:\n            continue\n        all_metrics.append(",
+     "        if mb.numel() > 0:\n            all_metrics.append("),
+    # the truth of the list
+    ("    if len(all_metrics) > 0:  # BRANCH\n", "    if all_metrics:  # BRANCH\n"),
+])
+def test_a_list_grown_only_where_this_ranks_data_says_has_a_rank_local_size(tmp_path, old, new):
+    src = LIST_GROWN_PAST_A_RANK_LOCAL_SKIP if old is None else LIST_GROWN_PAST_A_RANK_LOCAL_SKIP.replace(old, new)
+    assert old is None or old in LIST_GROWN_PAST_A_RANK_LOCAL_SKIP
+    expect(tmp_path, src, "HK201")
+
+
+@pytest.mark.parametrize("old,new", [
+    # grown once per step of a count every rank shares
+    ("    for mb in micro_batches:\n        if mb.numel() == 0:\n            continue\n",
+     "    for mb in range(4):\n"),
+    # the fix: every rank merges, an empty list too
+    ("    if len(all_metrics) > 0:  # BRANCH\n        return merge_metrics(all_metrics)  # HERE\n",
+     "    return merge_metrics(all_metrics or [{'loss': 0.0}])\n"),
+    # also bound to what a collective returns: not only what this rank grew
+    ("    if len(all_metrics) > 0:  # BRANCH\n",
+     "    all_metrics = [None] * dist.get_world_size()\n    if len(all_metrics) > 0:  # BRANCH\n"),
+])
+def test_a_list_grown_alike_on_every_rank_is_silent(tmp_path, old, new):
+    assert old in LIST_GROWN_PAST_A_RANK_LOCAL_SKIP
+    silent(tmp_path, LIST_GROWN_PAST_A_RANK_LOCAL_SKIP.replace(old, new))
