@@ -686,7 +686,8 @@ class _Walker:
         dispatched = bool(chain) and self.project.dispatched(self.mod, self.ff.cls, self.ff.qualname, node)
         origin = self._origin(line)
         msg = "%s %s (line %d: `%s`%s%s)" % (what, detail, line, self.mod.code_text(line), "".join(
-            "; `%s` %s line %d: `%s`" % (name, "from" if how == "from" else "is set under", ln, text)
+            "; `%s` %s line %d: `%s`" % (name, "from" if how == "from" else "is set under" if how == "under"
+                                         else "grows only as decided at", ln, text)
             if how != "handed" else "; `%s` is handed, through the callers, the value of `%s` at %s:%d, None on some ranks" % (
                 name, text, os.path.basename(path), ln)
             for ln, name, text, how, path in origin), note)

@@ -1258,6 +1258,13 @@ class Taint:
                     continue
                 sites = self.sites.get(n.id)
                 if not sites:
+                    grown = self._grown_level(n.id, at) if n.id in self.assigned else 0
+                    deciding = self._growth_control(n.id, at, grown) if grown else None
+                    if deciding is not None:
+                        # `metrics` of `if len(metrics) > 0:`, appended to past a skip
+                        seen.add(n.id)
+                        out.append((deciding[1], n.id, "grows"))
+                        todo.append(deciding)
                     continue
                 best = None
                 for _target, value, conds, _part, ln in self._assigns_reaching(n.id, at):
@@ -1379,6 +1386,18 @@ class Taint:
             return lv
         finally:
             self._asking.discard((name, at))
+
+    def _growth_control(self, name, at, lv):
+        """``(expression, line)`` of the first test or loop that decides, at level ``lv``, whether
+        a call growing local ``name`` before line ``at`` runs (:meth:`_grown_level`), or None."""
+        for line, ctrl in self._growth.get(name, ()):
+            if line >= at:
+                continue
+            for kind, e, ln in ctrl:
+                got = self._read_at(self.trip_level if kind == "for" else self.test_level, e, ln)
+                if got >= lv:
+                    return e, ln
+        return None
 
     def _reduced_lines(self):
         """Local name -> the lines of the reducing collectives whose data it is as it is: the

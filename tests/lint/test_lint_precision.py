@@ -6687,3 +6687,11 @@ def test_a_list_grown_only_where_this_ranks_data_says_has_a_rank_local_size(tmp_
 def test_a_list_grown_alike_on_every_rank_is_silent(tmp_path, old, new):
     assert old in LIST_GROWN_PAST_A_RANK_LOCAL_SKIP
     silent(tmp_path, LIST_GROWN_PAST_A_RANK_LOCAL_SKIP.replace(old, new))
+
+
+def test_a_grown_list_names_what_decides_its_growth(tmp_path):
+    (tmp_path / "prog.py").write_text(textwrap.dedent(LIST_GROWN_PAST_A_RANK_LOCAL_SKIP))
+    (f,) = lint_paths([str(tmp_path)], level="note").findings
+    skip = marks(LIST_GROWN_PAST_A_RANK_LOCAL_SKIP.replace("        if mb.numel() == 0:\n",
+                                                           "        if mb.numel() == 0:  # SKIP\n"), "SKIP")
+    assert "`all_metrics` grows only as decided at line %d: `if mb.numel() == 0:`" % skip in f.message, f.message
