@@ -779,6 +779,20 @@ class Project:
                     trips.append(lv)
                 taint._at = None
                 ff.ret_elem_trips = trips
+            if any(ff.ret_elems):
+                nodes = local if local is not None else list(walk_local(node))
+                held = []
+                for i in range(len(rets[0].elts)):
+                    refs = set()
+                    for r in rets:
+                        got = _held_refs(mod, ff, r.elts[i], nodes) if ff.ret_elems[i] else None
+                        if got is None:
+                            refs = None
+                            break
+                        refs |= got
+                    held.append(frozenset(refs) if refs else None)
+                if any(h is not None for h in held):
+                    ff.ret_elem_held = held
         if rets and ff.qualname != "<module>":
             stmts = [x for x in (local if local is not None else walk_local(node)) if isinstance(x, ast.Return)]
             ff.equal_count = all(_equal_count_return(node, r) for r in stmts)
@@ -1353,6 +1367,25 @@ class Project:
         self._hand_arguments()
         self._pass_through()
         self._agree_attributes()
+        self._agreed_elements()
+
+    def _agreed_elements(self):
+        """An element of a returned tuple that is a local only ever holding what tree calls
+        return, each of which returns an agreed value (:attr:`~hpc_hangkit.lint.model.FuncFacts.ret_elem_held`,
+        ``ret_agreed``), is the same on every rank: OLMo's ``return run_canceled, extra_steps``
+        after ``run_canceled = synchronize_flag(should_cancel, device)``, whose broadcast the
+        facts of the function could not know."""
+        for ff in self.funcs.values():
+            held = ff.ret_elem_held
+            if held is None or ff.ret_elems is None:
+                continue
+            for i, refs in enumerate(held):
+                if refs and all(getattr(self.resolve(r), "ret_agreed", None) is True for r in refs):
+                    ff.ret_elems = list(ff.ret_elems)
+                    ff.ret_elems[i] = 0
+                    if ff.ret_elem_trips is not None and i < len(ff.ret_elem_trips):
+                        ff.ret_elem_trips = list(ff.ret_elem_trips)
+                        ff.ret_elem_trips[i] = 0
 
     def _bind_wrappers(self):
         """Where a collective module wrapper is called through a parameter. A function reaches

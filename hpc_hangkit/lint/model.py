@@ -93,7 +93,7 @@ class FuncFacts:
                  "ret_level", "ret_calls", "noreturn", "witness", "via", "node", "params", "param_levels",
                  "arg_calls", "attr_params", "raises", "var_types", "ret_elems", "ret_params", "defaults",
                  "directs", "cond_ranges", "tested", "general", "ret_agreed", "ret_uniform", "agreed_attrs",
-                 "ret_elem_trips", "equal_count", "elem_args", "called", "p2p", "free_calls",
+                 "ret_elem_trips", "ret_elem_held", "equal_count", "elem_args", "called", "p2p", "free_calls",
                  "uniform_params", "passes", "open_params", "ret_pad", "ret_fields", "agrees",
                  "ret_direct", "ret_none", "ret_none_params", "ret_empty", "ret_record", "dispatched", "rebinds", "keeps_none", "raise_at", "raise_line", "kwarg",
                  "forwards", "varpos", "ret_type", "made", "wrapped", "param_called", "hands_wrapped", "ret_through", "ret_wrapper", "local_calls", "wrap_reach", "assigned_params", "attr_plain", "hand_reach", "relays", "ret_args", "param_from", "param_none")
@@ -226,6 +226,11 @@ class FuncFacts:
         #: as :attr:`ret_elems`, the trip count's level of each element (a loader with a
         #: ``DistributedSampler``: 0 even when built with the rank)
         self.ret_elem_trips = None
+        #: for each element of :attr:`ret_elems`: the call refs of the tree calls that the local
+        #: returned there only ever holds (``run_canceled = synchronize_flag(...)`` ... ``return
+        #: run_canceled, extra_steps``), or None; after propagation an element whose calls all
+        #: return an agreed value is level 0 (``Project._agreed_elements``)
+        self.ret_elem_held = None
         #: the call ref of the one tree call every return hands back as it is (``return
         #: get_dataloaders(...)``), else None: after propagation the function takes that
         #: callee's :attr:`ret_elems` and :attr:`ret_elem_trips` where its own are not known, and

@@ -6695,3 +6695,53 @@ def test_a_grown_list_names_what_decides_its_growth(tmp_path):
     skip = marks(LIST_GROWN_PAST_A_RANK_LOCAL_SKIP.replace("        if mb.numel() == 0:\n",
                                                            "        if mb.numel() == 0:  # SKIP\n"), "SKIP")
     assert "`all_metrics` grows only as decided at line %d: `if mb.numel() == 0:`" % skip in f.message, f.message
+
+
+#: OLMo's Trainer (6d42d7a, the fix): the cancel flag rank 0 decides is broadcast by a tree
+#: helper and returned in a tuple; the caller's test of it is the same on every rank
+AGREED_FLAG_RETURNED_IN_A_TUPLE = """
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def synchronize_value(value, device):
+    if dist.is_available() and dist.is_initialized():
+        value_tensor = torch.tensor(value, device=device)
+        dist.broadcast(value_tensor, 0)
+        return value_tensor.item()
+    return value
+
+
+def synchronize_flag(flag, device):
+    return synchronize_value(flag, device)
+
+
+class Trainer:
+    def check_if_cancelled(self):
+        should_cancel = False
+        if dist.get_rank() == 0 and time.time() > self.deadline:
+            should_cancel = True
+        run_canceled = synchronize_flag(should_cancel, self.device)
+        return run_canceled, 0
+
+    def fit(self, loader):
+        for batch in loader:
+            canceled, _ = self.check_if_cancelled()
+            if canceled:  # BRANCH
+                break
+            dist.barrier()  # HERE
+"""
+
+
+def test_an_agreed_flag_returned_in_a_tuple_is_the_same_on_every_rank(tmp_path):
+    silent(tmp_path, AGREED_FLAG_RETURNED_IN_A_TUPLE)
+    # returned as rank 0 decided it, not agreed
+    src = AGREED_FLAG_RETURNED_IN_A_TUPLE.replace("        return run_canceled, 0\n",
+                                                  "        return should_cancel, 0\n")
+    assert src != AGREED_FLAG_RETURNED_IN_A_TUPLE
+    assert ("prog.py", "HK102", marks(src, "HERE"), marks(src, "BRANCH")) in lint_tree(tmp_path / "a", {"prog.py": src})
+    # a helper that hands the value back without a collective
+    src = AGREED_FLAG_RETURNED_IN_A_TUPLE.replace("        dist.broadcast(value_tensor, 0)\n", "")
+    assert ("prog.py", "HK102", marks(src, "HERE"), marks(src, "BRANCH")) in lint_tree(tmp_path / "b", {"prog.py": src})
