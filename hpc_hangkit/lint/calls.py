@@ -16,7 +16,7 @@ from operator import itemgetter
 
 from hpc_hangkit.lint import collectives as C
 from hpc_hangkit.lint.model import FuncFacts, group_arg, own_group, rankish_word, defaults_of, dotted, module_name, names_of, nodes_of, functions_of, qualify, walk_local, wrapped_at, wrapper_at
-from hpc_hangkit.lint.taint import Taint, agreed_operand, call_kind, collective_aliases, fake_backend, single_process_returns
+from hpc_hangkit.lint.taint import Taint, agreed_operand, call_kind, collective_aliases, fake_backend, random_draw, single_process_returns
 from hpc_hangkit.lint.taint import _AGREEING_ARG0, _AGREEING_ARG1, _RETURN_AGREES
 from hpc_hangkit.lint.taint import _EQUAL_COUNT, PURE_BUILTINS
 from hpc_hangkit.lint.taint import _first_and_last, _padding
@@ -712,6 +712,14 @@ class Project:
                         v = n.value
                         mod.attr_flags[key] = mod.attr_flags.get(key, True) and v.__class__ is ast.Constant and \
                             v.value.__class__ is bool
+                        k = (ff.cls, key)
+                        if mod.attr_draws.get(k, True):
+                            shape = random_draw(v)
+                            if shape is not None and shape and tainted:
+                                if taint is None:
+                                    taint = Taint(node, mod, ff.cls, None)
+                                shape = shape if all(taint.level_at(a, n.lineno) == 0 for a in shape) else None
+                            mod.attr_draws[k] = shape is not None
                         k = (ff.cls, key)
                         made = mod.attr_records.get(k, ())
                         if made is not False and not (v.__class__ is ast.Constant and v.value is None):

@@ -381,7 +381,7 @@ class ModuleFacts:
     __slots__ = ("path", "key", "name", "imports", "stars", "funcs", "bases", "attr_levels", "ignores", "bad_ignores", "lines",
                  "tree", "is_package", "has_p2p", "local", "attr_types", "collective_attrs",
                  "attr_agreed", "words", "comm_receivers", "flag_cache", "abort_hook", "aliases", "attr_counts",
-                 "attr_flags", "attr_records")
+                 "attr_flags", "attr_records", "attr_draws")
 
     def __init__(self, path, name, tree, text, is_package=False):
         self.path = path
@@ -407,6 +407,11 @@ class ModuleFacts:
         #: attr -> True when every ``self.attr`` binding in this module's methods assigns True or
         #: False (a yes/no setting, whatever its name), False when one binds anything else
         self.attr_flags = {}
+        #: (class, attr) -> True when every ``self.attr`` binding of the class's methods in this
+        #: module is a random draw of a shape that is the same on every rank
+        #: (:func:`~hpc_hangkit.lint.taint.random_draw`: ``nn.Parameter(scale * torch.randn((n,
+        #: d)))``), False when one is anything else: its shape is uniform, its values are not
+        self.attr_draws = {}
         #: (class, attr) -> the call refs every non-None binding of ``self.attr`` is a call of
         #: (``self.cfg = self._make_config()``), False when one is anything else
         self.attr_records = {}

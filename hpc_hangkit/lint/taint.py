@@ -685,6 +685,10 @@ class Taint:
                         field = self.project.record_field(self.mod, self.cls, d[1], d[2])
             if e.attr == "shape" and _data_name(e.value):
                 lv = max(lv, 1)
+            if e.attr in _SHAPE_ATTRS and field is None:
+                drawn = self._drawn_shape(e.value)
+                if drawn is not None:
+                    return drawn  # the shape of a random draw is the shape it was asked for
             return max(lv, self.level(e.value) if field is None else field)
         if t is _CALL:
             return self._call_level(e)
@@ -1725,6 +1729,26 @@ class Taint:
             part == "element" and value.__class__ is _NAME and self._agreed_at(value.id, line)
             for target, value, conds, part, line in pairs)
 
+    def _drawn_shape(self, e):
+        """Level of the shape of ``e`` when ``e`` is a random draw of a shape it was given
+        (:func:`random_draw`): a local whose every assignment reaching the read is one (the level
+        of the shape arguments there), or a ``self`` attribute that every binding in this class's
+        module makes one (``ModuleFacts.attr_draws``: ``self.embed =
+        nn.Parameter(scale * torch.randn((n, dim)))``, level 0); else None."""
+        if e.__class__ is _NAME and e.id in self.assigned and e.id not in self._fn_params and \
+                e.id not in self.shared and self._at is not None:
+            live = self._live_assigns(e.id, self._at)
+            shapes = [random_draw(value) if part is None and target.__class__ is _NAME else None
+                      for target, value, conds, part, line in live]
+            if not live or any(x is None for x in shapes):
+                return None
+            return max(self.level_at(a, line) for x, (_, _, _, _, line) in zip(shapes, live) for a in x) \
+                if any(shapes) else 0
+        d = dotted(e) if e.__class__ is _ATTRIBUTE else None
+        if d and len(d) == 2 and d[0] == "self" and self.cls and self.mod.attr_draws.get((self.cls, d[1])) is True:
+            return 0
+        return None
+
     def _live_assigns(self, name, at):
         """The assignments of local ``name`` that reach a read at line ``at`` and are not
         replaced before it (:meth:`_assigns_reaching`)."""
@@ -2720,6 +2744,41 @@ def _own_exprs(st):
     if isinstance(st, ast.Try) or type(st).__name__ == "TryStar":
         return []
     return [st]
+
+
+#: attributes that read a tensor's or array's shape, not its values
+_SHAPE_ATTRS = {"shape", "ndim"}
+#: calls that draw random values in the shape they are given (torch, numpy's ``random``)
+_DRAWS = {"randn", "rand", "randint", "normal", "uniform", "standard_normal", "random", "random_sample"}
+
+
+def random_draw(e):
+    """The shape arguments (a list of expressions, maybe empty) of ``e`` when it is a new random
+    tensor or array of a given shape, maybe scaled or wrapped as a parameter
+    (``torch.randn(n, d)``, ``scale * torch.randn((n, d))``, ``nn.Parameter(torch.rand(n))``,
+    ``np.random.normal(0, 1, size=(n,))``); else None. Its values differ between ranks, its
+    shape does not, unless the arguments do."""
+    while True:
+        if e.__class__ is ast.BinOp and isinstance(e.op, (ast.Mult, ast.Div, ast.Add, ast.Sub)):
+            left, right = random_draw(e.left), random_draw(e.right)
+            if (left is None) == (right is None):
+                return None
+            return left if left is not None else right
+        if e.__class__ is not _CALL:
+            return None
+        d = dotted(e.func) or [""]
+        if d[-1] == "Parameter" and len(e.args) == 1:
+            e = e.args[0]
+            continue
+        break
+    if d[-1] not in _DRAWS or (len(d) > 1 and d[-2] not in ("torch", "random")):
+        return None
+    sized = [k.value for k in e.keywords if k.arg in ("size", "shape")]
+    if d[-1] in ("randn", "rand"):
+        return list(e.args) + sized
+    if d[-1] == "randint":
+        return (list(e.args[2:3]) + sized) or None
+    return sized or None
 
 
 def _padding(st):

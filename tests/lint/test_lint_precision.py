@@ -6745,3 +6745,58 @@ def test_an_agreed_flag_returned_in_a_tuple_is_the_same_on_every_rank(tmp_path):
     # a helper that hands the value back without a collective
     src = AGREED_FLAG_RETURNED_IN_A_TUPLE.replace("        dist.broadcast(value_tensor, 0)\n", "")
     assert ("prog.py", "HK102", marks(src, "HERE"), marks(src, "BRANCH")) in lint_tree(tmp_path / "b", {"prog.py": src})
+
+
+#: torchtune's CLIP position embeddings: a parameter initialised with random values, whose
+#: shape a checkpoint's is compared with before the DTensor is gathered
+RANDOM_PARAMETER_SHAPE = """
+import torch
+import torch.nn as nn
+from torch.distributed.tensor import DTensor
+
+
+class PosEmbed(nn.Module):
+    def __init__(self, n, dim):
+        super().__init__()
+        scale = dim ** -0.5
+        self.embed = nn.Parameter(scale * torch.randn((n, dim)))
+
+    def load(self, loaded, glob):
+        if loaded.shape != self.embed.shape:  # BRANCH
+            raise ValueError("shape")
+        if isinstance(glob, DTensor):
+            glob = glob.full_tensor()  # HERE
+        return glob
+"""
+
+
+def test_the_shape_of_a_random_draw_is_the_shape_it_was_given(tmp_path):
+    silent(tmp_path, RANDOM_PARAMETER_SHAPE)
+    # a local drawn in a shape every rank shares
+    silent(tmp_path / "a", """
+import torch
+import torch.distributed as dist
+
+
+def load(loaded, n, dim):
+    embed = torch.randn((n, dim))
+    if loaded.shape != embed.shape:
+        raise ValueError("bad shape")
+    dist.barrier()
+""")
+
+
+@pytest.mark.parametrize("old,new", [
+    # its values, not its shape
+    ("        if loaded.shape != self.embed.shape:  # BRANCH\n", "        if self.embed.sum() > 0:  # BRANCH\n"),
+    # a shape that is this rank's own
+    ("torch.randn((n, dim))", "torch.randn((n + torch.distributed.get_rank(), dim))"),
+    # also bound to a loaded tensor in the class
+    ("    def load(self, loaded, glob):\n",
+     "    def reset(self, loaded_data):\n        self.embed = loaded_data\n\n    def load(self, loaded, glob):\n"),
+])
+def test_a_random_parameters_values_or_a_rank_dependent_shape_still_flag(tmp_path, old, new):
+    assert old in RANDOM_PARAMETER_SHAPE
+    src = RANDOM_PARAMETER_SHAPE.replace(old, new)
+    codes = [f[1] for f in lint_tree(tmp_path, {"prog.py": src})]
+    assert codes and all(c in ("HK103", "HK203") for c in codes), codes
