@@ -558,6 +558,23 @@ def qualify(mod, parts):
     return None
 
 
+def header_exprs(st):
+    """The expressions statement ``st`` evaluates itself, not those of the blocks it holds: an
+    ``if``'s or ``while``'s test, a ``for``'s iterable, a ``with``'s context managers, a
+    ``match``'s subject, nothing of a ``try``; any other statement is its own."""
+    if isinstance(st, (ast.If, ast.While)):
+        return [st.test]
+    if isinstance(st, (ast.For, ast.AsyncFor)):
+        return [st.iter]
+    if isinstance(st, (ast.With, ast.AsyncWith)):
+        return [i.context_expr for i in st.items]
+    if isinstance(st, ast.Try) or type(st).__name__ == "TryStar":
+        return []
+    if type(st).__name__ == "Match":
+        return [st.subject]
+    return [st]
+
+
 #: keyword arguments that hand a collective its process group
 GROUP_KEYWORDS = ("group", "process_group", "pg", "parallel_mode", "comm_group")
 

@@ -13,7 +13,7 @@ import re
 from typing import NamedTuple
 
 from hpc_hangkit.lint import collectives as C
-from hpc_hangkit.lint.model import code_of, dotted, group_arg, holds_wrapper, qualify, walk_local, wrapper_at
+from hpc_hangkit.lint.model import code_of, dotted, group_arg, header_exprs, holds_wrapper, qualify, walk_local, wrapper_at
 from hpc_hangkit.lint.calls import attr_state_dict, call_ref
 from hpc_hangkit.lint.taint import Taint, handler_condition, mentions_membership, none_read_names
 
@@ -190,20 +190,6 @@ _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 _MAX_WAYS = 64
 #: the most tests after a branch that both its sides reach, whose decisions it compares them under
 _MAX_SHARED = 6
-
-
-def _header_exprs(st):
-    if isinstance(st, (ast.If, ast.While)):
-        return [st.test]
-    if isinstance(st, (ast.For, ast.AsyncFor)):
-        return [st.iter]
-    if isinstance(st, (ast.With, ast.AsyncWith)):
-        return [i.context_expr for i in st.items]
-    if isinstance(st, ast.Try) or type(st).__name__ == "TryStar":
-        return []
-    if type(st).__name__ == "Match":
-        return [st.subject]
-    return [st]
 
 
 #: the words that name an axis of a parallel layout
@@ -745,13 +731,8 @@ class _Walker:
         """``(collective call node, its function's facts)`` that helper call ``call`` reaches,
         when that function is of this module and class (its tree is loaded: a nested helper,
         a method), else ``(None, None)``."""
-        callee = self.project.callee(self.mod, self.ff.cls, self.ff.qualname, call)
-        seen = set()
-        while callee is not None and callee.via is not None and callee.via[1] is not None and \
-                id(callee) not in seen:
-            seen.add(id(callee))
-            callee = callee.via[1]
-        if callee is None or callee.via is None or callee.path != self.ff.path or callee.cls != self.ff.cls:
+        callee = self._chain_end(call)
+        if callee is None or callee.path != self.ff.path or callee.cls != self.ff.cls:
             return None, None
         home = callee.general or callee  # a copy specialised to constant arguments has no tree
         if home.node is None:
@@ -804,17 +785,24 @@ class _Walker:
         """:func:`~hpc_hangkit.lint.model.group_arg` of ``call``."""
         return group_arg(call)
 
-    def _remote_group(self, call):
-        """The process group of the collective that helper call ``call`` reaches at the end of
-        its chain, in any module, where that collective names its group by itself
-        (:attr:`~hpc_hangkit.lint.model.FuncFacts.direct_groups`), parsed; else None."""
+    def _chain_end(self, call):
+        """The facts of the function at the end of the chain from helper call ``call`` to the
+        collective it reaches (the one that calls the collective itself, ``via`` its line), or
+        None."""
         callee = self.project.callee(self.mod, self.ff.cls, self.ff.qualname, call)
         seen = set()
         while callee is not None and callee.via is not None and callee.via[1] is not None and \
                 id(callee) not in seen:
             seen.add(id(callee))
             callee = callee.via[1]
-        if callee is None or callee.via is None:
+        return callee if callee is not None and callee.via is not None else None
+
+    def _remote_group(self, call):
+        """The process group of the collective that helper call ``call`` reaches at the end of
+        its chain, in any module, where that collective names its group by itself
+        (:attr:`~hpc_hangkit.lint.model.FuncFacts.direct_groups`), parsed; else None."""
+        callee = self._chain_end(call)
+        if callee is None:
             return None
         home = callee.general or callee
         text = (home.direct_groups or {}).get(callee.via[0])
@@ -1131,7 +1119,7 @@ class _Walker:
         if isinstance(st, _DEFS):
             return {((), None, ())}
         head, how = [], None
-        for call in _calls_in(_header_exprs(st)):
+        for call in _calls_in(header_exprs(st)):
             w = self.witness(call)
             if w:
                 head.append(w)
@@ -1450,7 +1438,7 @@ class _Walker:
     def stmt(self, st, guards, loops, rest=(), end="fall"):
         if isinstance(st, _DEFS):
             return
-        exprs = _header_exprs(st)
+        exprs = header_exprs(st)
         conds = None
         for call in _calls_in(exprs):
             if conds is None:

@@ -18,7 +18,7 @@ import re
 
 from hpc_hangkit.lint import collectives as C
 from hpc_hangkit.lint.model import SIZE_METHODS as _SIZE_METHODS
-from hpc_hangkit.lint.model import _NOT_CHILD, _params, defaults_of, dotted, names_of, nodes_of, qualify, walk_local
+from hpc_hangkit.lint.model import _NOT_CHILD, _params, defaults_of, dotted, header_exprs, names_of, nodes_of, qualify, walk_local
 from hpc_hangkit.lint.model import size_of as _size_of
 
 __all__ = ["Taint", "call_kind", "fake_backend", "mentions_membership", "single_process", "RANK_DEPENDENT", "RANK_LOCAL",
@@ -2703,7 +2703,7 @@ def _growth_sites(fn, mod):
         for st in stmts:
             if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 continue
-            for x in _own_exprs(st):
+            for x in header_exprs(st):
                 for c in ast.walk(x):
                     if c.__class__ is _CALL and c.func.__class__ is _ATTRIBUTE and c.func.attr in _GROWERS and \
                             c.func.value.__class__ is _NAME and c.func.value.id in names:
@@ -2731,19 +2731,6 @@ def _growth_sites(fn, mod):
                 visit(st.finalbody, ctrl)
     visit(getattr(fn, "body", []), [])
     return out
-
-
-def _own_exprs(st):
-    """The expressions statement ``st`` evaluates itself (not those of the blocks it holds)."""
-    if isinstance(st, (ast.If, ast.While)):
-        return [st.test]
-    if isinstance(st, (ast.For, ast.AsyncFor)):
-        return [st.iter]
-    if isinstance(st, (ast.With, ast.AsyncWith)):
-        return [i.context_expr for i in st.items]
-    if isinstance(st, ast.Try) or type(st).__name__ == "TryStar":
-        return []
-    return [st]
 
 
 #: attributes that read a tensor's or array's shape, not its values
