@@ -720,7 +720,6 @@ class Project:
                                     taint = Taint(node, mod, ff.cls, None)
                                 shape = shape if all(taint.level_at(a, n.lineno) == 0 for a in shape) else None
                             mod.attr_draws[k] = shape is not None
-                        k = (ff.cls, key)
                         made = mod.attr_records.get(k, ())
                         if made is not False and not (v.__class__ is ast.Constant and v.value is None):
                             # `self.run_config = self._create_run_config(...)`: what it builds (Project.record_field)
@@ -1372,10 +1371,11 @@ class Project:
                     if getattr(caller, attr) < lvl:
                         setattr(caller, attr, lvl)
                         work.append(caller)
+        self._agree_attributes()
+        # before the arguments are handed: an agreed element handed on is agreed there too
+        self._agreed_elements()
         self._hand_arguments()
         self._pass_through()
-        self._agree_attributes()
-        self._agreed_elements()
 
     def _agreed_elements(self):
         """An element of a returned tuple that is a local only ever holding what tree calls
