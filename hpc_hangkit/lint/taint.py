@@ -1262,8 +1262,7 @@ class Taint:
                     continue
                 sites = self.sites.get(n.id)
                 if not sites:
-                    grown = self._grown_level(n.id, at) if n.id in self.assigned else 0
-                    deciding = self._growth_control(n.id, at, grown) if grown else None
+                    _, deciding = self._grown(n.id, at) if n.id in self.assigned else (0, None)
                     if deciding is not None:
                         # `metrics` of `if len(metrics) > 0:`, appended to past a skip
                         seen.add(n.id)
@@ -1353,7 +1352,7 @@ class Taint:
                 x = _truth_subject(inner)
                 if x is not None and x.id in self.assigned:
                     # `if len(metrics) > 0:` of a list appended to only where this rank's data says
-                    lv = self._grown_level(x.id, self._at)
+                    lv = self._grown(x.id, self._at)[0]
             if lv == 0 and self._reductions and self._at is not None:
                 x = _scalar_subject(inner)
                 if x is not None and self._reduced_after(x.id, self._at):
@@ -1362,46 +1361,37 @@ class Taint:
                     lv = 1
         return lv
 
-    def _grown_level(self, name, at):
-        """Level of the size of local ``name`` read at line ``at``, when ``name`` is only ever
-        bound to a new empty container (``[]``, ``list()``, ``{}``, ``set()``) and grows by
-        ``append``/``extend``/``insert``/``add``: the highest level of what decides, before
-        ``at``, whether or how often each of those calls runs (the tests of the ``if`` blocks it
-        is in, a test whose ``continue``/``break``/``return`` skips it, the trip counts of the
-        loops around it; :func:`_growth_sites`). xtuner PR 1394: a micro-batch of padding only
+    def _grown(self, name, at):
+        """``(level, deciding)`` of the size of local ``name`` read at line ``at``, when ``name``
+        is only ever bound to a new empty container (``[]``, ``list()``, ``{}``, ``set()``) and
+        grows by ``append``/``extend``/``insert``/``add``: the highest level of what decides,
+        before ``at``, whether or how often each of those calls runs (the tests of the ``if``
+        blocks it is in, a test whose ``continue``/``break``/``return`` skips it, the trip counts
+        of the loops around it; :func:`_growth_sites`), and the first of those at that level as
+        ``(expression, line)`` (None at level 0). xtuner PR 1394: a micro-batch of padding only
         is skipped, so that rank's metrics list can stay empty, and the merge that all-reduces
-        each metric runs only ``if len(all_mismatch_metrics) > 0``. 0 for any other local."""
+        each metric runs only ``if len(all_mismatch_metrics) > 0``. ``(0, None)`` for any other
+        local."""
         if self._growth is None:
             self._growth = _growth_sites(self.fn, self.mod)
         sites = self._growth.get(name)
         if not sites or (name, at) in self._asking:
-            return 0
+            return 0, None
         self._asking.add((name, at))
         try:
-            lv = 0
+            lv, deciding = 0, None
             for line, ctrl in sites:
                 if line >= at:
                     continue
                 for kind, e, ln in ctrl:
                     got = self._read_at(self.trip_level if kind == "for" else self.test_level, e, ln)
-                    lv = max(lv, got)
-                    if lv == 2:
-                        return 2
-            return lv
+                    if got > lv:
+                        lv, deciding = got, (e, ln)
+                        if lv == 2:
+                            return lv, deciding
+            return lv, deciding
         finally:
             self._asking.discard((name, at))
-
-    def _growth_control(self, name, at, lv):
-        """``(expression, line)`` of the first test or loop that decides, at level ``lv``, whether
-        a call growing local ``name`` before line ``at`` runs (:meth:`_grown_level`), or None."""
-        for line, ctrl in self._growth.get(name, ()):
-            if line >= at:
-                continue
-            for kind, e, ln in ctrl:
-                got = self._read_at(self.trip_level if kind == "for" else self.test_level, e, ln)
-                if got >= lv:
-                    return e, ln
-        return None
 
     def _reduced_lines(self):
         """Local name -> the lines of the reducing collectives whose data it is as it is: the
@@ -1738,12 +1728,13 @@ class Taint:
         if e.__class__ is _NAME and e.id in self.assigned and e.id not in self._fn_params and \
                 e.id not in self.shared and self._at is not None:
             live = self._live_assigns(e.id, self._at)
-            shapes = [random_draw(value) if part is None and target.__class__ is _NAME else None
-                      for target, value, conds, part, line in live]
-            if not live or any(x is None for x in shapes):
-                return None
-            return max(self.level_at(a, line) for x, (_, _, _, _, line) in zip(shapes, live) for a in x) \
-                if any(shapes) else 0
+            lv = None if not live else 0
+            for target, value, _conds, part, line in live:
+                shape = random_draw(value) if part is None and target.__class__ is _NAME else None
+                if shape is None:
+                    return None
+                lv = max([lv] + [self.level_at(a, line) for a in shape])
+            return lv
         d = dotted(e) if e.__class__ is _ATTRIBUTE else None
         if d and len(d) == 2 and d[0] == "self" and self.cls and self.mod.attr_draws.get((self.cls, d[1])) is True:
             return 0
